@@ -1,0 +1,2 @@
+//! Example operators built with kopf-runtime, and the types they share (the example CRD).
+#![forbid(unsafe_code)]

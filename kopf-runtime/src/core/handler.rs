@@ -1,0 +1,142 @@
+//! The type-erased handler interface between generated code and the supervisor.
+
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use serde_json::Value;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::object::ObjectState;
+use super::outcome::HandlerError;
+use super::spec::HandlerSpec;
+use super::stop::Stopper;
+
+/// What one successful invocation produced.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Output {
+    /// A timer's result, stored under `status.<handler id>` (`None`: nothing to store).
+    pub result: Option<Value>,
+    /// A JSON merge patch the handler built, applied to the object after the run.
+    pub patch: Option<Value>,
+}
+
+/// A started invocation: a future for async handlers, a closure for a dedicated thread for
+/// blocking ones.
+pub enum Call {
+    /// An async handler's future. Dropping it cancels the handler at its next `.await`.
+    Async(BoxFuture<'static, Result<Output, HandlerError>>),
+    /// A blocking handler's body, run on its own thread; it can only be asked to stop.
+    Blocking(Box<dyn FnOnce() -> Result<Output, HandlerError> + Send + 'static>),
+}
+
+impl fmt::Debug for Call {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Async(_) => "Call::Async",
+            Self::Blocking(_) => "Call::Blocking",
+        })
+    }
+}
+
+/// Services the operator makes available to handlers, keyed by type: the kube client, the
+/// patch sink, the user's shared data. The core never looks inside.
+///
+/// ```
+/// use kopf_runtime::Services;
+/// let mut services = Services::default();
+/// services.insert(42_u32);
+/// assert_eq!(*services.get::<u32>().unwrap(), 42);
+/// assert!(services.get::<String>().is_none());
+/// ```
+#[derive(Clone, Default)]
+pub struct Services {
+    map: HashMap<TypeId, Arc<dyn Any + Send + Sync>>,
+}
+
+impl fmt::Debug for Services {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Services").field("len", &self.map.len()).finish()
+    }
+}
+
+impl Services {
+    /// Adds (or replaces) the service of type `T`.
+    pub fn insert<T: Any + Send + Sync>(&mut self, value: T) {
+        self.map.insert(TypeId::of::<T>(), Arc::new(value));
+    }
+
+    /// The service of type `T`, if one was inserted.
+    #[must_use]
+    pub fn get<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
+        self.map.get(&TypeId::of::<T>()).cloned().and_then(|a| a.downcast::<T>().ok())
+    }
+}
+
+/// Everything one invocation of a handler gets from the supervisor.
+#[derive(Debug, Clone)]
+pub struct Invocation {
+    /// The object as it was when this invocation started.
+    pub object: Arc<ObjectState>,
+    /// The latest version of the object (updated on every watch event).
+    pub live: watch::Receiver<Arc<ObjectState>>,
+    /// This instance's stop flag.
+    pub stopper: Stopper,
+    /// The attempt number within the current cycle, from 0.
+    pub retry: u32,
+    /// When the first attempt of the current cycle started.
+    pub started: Instant,
+    /// The operator's services.
+    pub services: Services,
+}
+
+/// Why a handler's filters could not be evaluated for an object.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum MatchError {
+    /// The object does not deserialize into the handler's resource type.
+    #[error("the object does not deserialize into `{type_name}`")]
+    Decode {
+        /// The Rust type the handler expects.
+        type_name: &'static str,
+        /// The deserialization error.
+        #[source]
+        source: Arc<serde_json::Error>,
+    },
+}
+
+/// A registered handler with its type erased. Implemented by the code `#[daemon]` and
+/// `#[timer]` generate; the supervisor only sees this trait.
+pub trait ErasedHandler: Send + Sync + 'static {
+    /// The static description (id, options, declarative filters).
+    fn spec(&self) -> &'static HandlerSpec;
+
+    /// Whether the object matches the handler's filters (declarative and `when`).
+    ///
+    /// # Errors
+    /// [`MatchError`] when the object cannot be evaluated (e.g. it does not deserialize).
+    fn matches(&self, object: &ObjectState) -> Result<bool, MatchError>;
+
+    /// The delay before the first invocation for this object (the fixed `initial_delay`, or the
+    /// result of the user's function of the object).
+    fn initial_delay(&self, object: &ObjectState) -> Option<Duration> {
+        let _ = object;
+        self.spec().initial_delay
+    }
+
+    /// Starts one invocation.
+    ///
+    /// # Errors
+    /// A [`HandlerError`] if a parameter cannot be injected (e.g. a missing service); the
+    /// supervisor treats it like a failed invocation.
+    fn invoke(&self, invocation: Invocation) -> Result<Call, HandlerError>;
+}
+
+impl fmt::Debug for dyn ErasedHandler {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ErasedHandler").field("id", &self.spec().id).finish()
+    }
+}

@@ -1,0 +1,10 @@
+//! The Kubernetes-free core: handler specs, the stop flag, object snapshots, and the supervisor
+//! that runs daemons and timers. Nothing in this module imports `kube` (CI checks it), so all of
+//! it is tested with paused tokio time.
+
+pub(crate) mod effects;
+pub(crate) mod handler;
+pub(crate) mod object;
+pub(crate) mod outcome;
+pub(crate) mod spec;
+pub(crate) mod stop;

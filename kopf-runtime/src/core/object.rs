@@ -1,0 +1,184 @@
+//! A Kubernetes-free snapshot of one object as the supervisor sees it.
+
+use std::any::{Any, TypeId};
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+/// Identifies one object: by UID (a same-name recreation is a different object), with its
+/// namespace and name for messages and API calls.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectRef {
+    /// `metadata.uid`.
+    pub uid: Arc<str>,
+    /// `metadata.namespace`, `None` for cluster-scoped objects.
+    pub namespace: Option<Arc<str>>,
+    /// `metadata.name`.
+    pub name: Arc<str>,
+}
+
+impl fmt::Display for ObjectRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.namespace {
+            Some(ns) => write!(f, "{ns}/{}", self.name),
+            None => f.write_str(&self.name),
+        }
+    }
+}
+
+/// Why a JSON body could not be used as an object.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ObjectError {
+    /// The body is not a JSON object.
+    #[error("the object body is not a JSON object")]
+    NotAnObject,
+    /// A required metadata field is missing or not a string.
+    #[error("the object has no `metadata.{0}`")]
+    MissingMetadata(&'static str),
+}
+
+type Decoded = Result<Arc<dyn Any + Send + Sync>, Arc<serde_json::Error>>;
+
+/// One version of an object: its identity, whether it is being deleted, and its JSON body
+/// (without `metadata.managedFields`). Typed views are decoded lazily and cached per type.
+///
+/// ```
+/// use kopf_runtime::ObjectState;
+/// let obj = ObjectState::from_json(serde_json::json!({
+///     "apiVersion": "v1", "kind": "ConfigMap",
+///     "metadata": {"name": "a", "namespace": "ns", "uid": "u1", "labels": {"app": "x"}},
+/// })).unwrap();
+/// assert_eq!(obj.reference().to_string(), "ns/a");
+/// assert_eq!(obj.label("app"), Some("x"));
+/// assert!(!obj.is_deleting());
+/// ```
+pub struct ObjectState {
+    reference: ObjectRef,
+    deleting: bool,
+    body: Arc<Value>,
+    decoded: Mutex<Vec<(TypeId, Decoded)>>,
+}
+
+impl fmt::Debug for ObjectState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ObjectState")
+            .field("reference", &self.reference)
+            .field("deleting", &self.deleting)
+            .finish_non_exhaustive()
+    }
+}
+
+fn meta_str<'a>(body: &'a Value, key: &'static str) -> Option<&'a str> {
+    body.get("metadata")?.get(key)?.as_str()
+}
+
+impl ObjectState {
+    /// Builds a snapshot from a JSON body; drops `metadata.managedFields`.
+    ///
+    /// # Errors
+    /// [`ObjectError`] if the body is not an object or lacks `metadata.name` / `metadata.uid`.
+    pub fn from_json(mut body: Value) -> Result<Self, ObjectError> {
+        let map = body.as_object_mut().ok_or(ObjectError::NotAnObject)?;
+        if let Some(Value::Object(meta)) = map.get_mut("metadata") {
+            meta.remove("managedFields");
+        }
+        let uid = meta_str(&body, "uid").ok_or(ObjectError::MissingMetadata("uid"))?;
+        let name = meta_str(&body, "name").ok_or(ObjectError::MissingMetadata("name"))?;
+        let reference = ObjectRef {
+            uid: uid.into(),
+            name: name.into(),
+            namespace: meta_str(&body, "namespace").map(Into::into),
+        };
+        let deleting = body
+            .get("metadata")
+            .and_then(|m| m.get("deletionTimestamp"))
+            .is_some_and(|t| !t.is_null());
+        Ok(Self { reference, deleting, body: Arc::new(body), decoded: Mutex::new(Vec::new()) })
+    }
+
+    /// The object's identity.
+    #[must_use]
+    pub fn reference(&self) -> &ObjectRef {
+        &self.reference
+    }
+
+    /// Whether `metadata.deletionTimestamp` is set.
+    #[must_use]
+    pub fn is_deleting(&self) -> bool {
+        self.deleting
+    }
+
+    /// The JSON body.
+    #[must_use]
+    pub fn body(&self) -> &Arc<Value> {
+        &self.body
+    }
+
+    /// A label's value.
+    #[must_use]
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.body.get("metadata")?.get("labels")?.get(key)?.as_str()
+    }
+
+    /// An annotation's value.
+    #[must_use]
+    pub fn annotation(&self, key: &str) -> Option<&str> {
+        self.body.get("metadata")?.get("annotations")?.get(key)?.as_str()
+    }
+
+    /// The value at a path of object keys (`null` counts as absent).
+    ///
+    /// ```
+    /// # use kopf_runtime::ObjectState;
+    /// let obj = ObjectState::from_json(serde_json::json!({
+    ///     "metadata": {"name": "a", "uid": "u"}, "spec": {"size": 3}})).unwrap();
+    /// assert_eq!(obj.field(&["spec", "size"]), Some(&serde_json::json!(3)));
+    /// assert_eq!(obj.field(&["spec", "nope"]), None);
+    /// ```
+    #[must_use]
+    pub fn field(&self, path: &[&str]) -> Option<&Value> {
+        let mut v: &Value = &self.body;
+        for seg in path {
+            v = v.get(seg)?;
+        }
+        (!v.is_null()).then_some(v)
+    }
+
+    /// The body decoded as `K`, decoded once per type and cached.
+    ///
+    /// # Errors
+    /// The deserialization error (shared, also cached) if the body does not fit `K`.
+    ///
+    /// ```
+    /// # use kopf_runtime::ObjectState;
+    /// #[derive(serde::Deserialize)]
+    /// struct Named { metadata: Meta }
+    /// #[derive(serde::Deserialize)]
+    /// struct Meta { name: String }
+    /// let obj = ObjectState::from_json(serde_json::json!({"metadata": {"name": "a", "uid": "u"}})).unwrap();
+    /// assert_eq!(obj.decode::<Named>().unwrap().metadata.name, "a");
+    /// ```
+    pub fn decode<K>(&self) -> Result<Arc<K>, Arc<serde_json::Error>>
+    where
+        K: DeserializeOwned + Send + Sync + 'static,
+    {
+        let mut cache = self.decoded.lock().unwrap_or_else(PoisonError::into_inner);
+        let tid = TypeId::of::<K>();
+        let entry = if let Some((_, d)) = cache.iter().find(|(t, _)| *t == tid) {
+            d.clone()
+        } else {
+            let d: Decoded = K::deserialize(&*self.body)
+                .map(|k| Arc::new(k) as Arc<dyn Any + Send + Sync>)
+                .map_err(Arc::new);
+            cache.push((tid, d.clone()));
+            d
+        };
+        drop(cache);
+        entry.map(|any| {
+            // The entry under TypeId::of::<K>() always holds a K.
+            any.downcast::<K>().unwrap_or_else(|_| unreachable!("decoded cache holds a K"))
+        })
+    }
+}

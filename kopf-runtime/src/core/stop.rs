@@ -1,0 +1,248 @@
+//! The stop flag given to every daemon and timer: why and since when it was asked to stop.
+
+use std::fmt;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+bitflags::bitflags! {
+    /// Why a handler was asked to stop. Reasons combine: setting another reason ORs it in.
+    ///
+    /// ```
+    /// use kopf_runtime::StopReason;
+    /// let r = StopReason::RESOURCE_DELETED | StopReason::SIGNALLED;
+    /// assert!(r.contains(StopReason::RESOURCE_DELETED));
+    /// assert_eq!(r.to_string(), "resource deleted, signalled");
+    /// ```
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+    pub struct StopReason: u16 {
+        /// The handler finished on its own (returned, failed for good, or exhausted retries).
+        const DONE = 1 << 0;
+        /// The object no longer matches the handler's filters.
+        const FILTERS_MISMATCH = 1 << 1;
+        /// The object is being deleted (or is gone).
+        const RESOURCE_DELETED = 1 << 2;
+        /// The operator is paused (e.g. it lost leadership).
+        const OPERATOR_PAUSING = 1 << 3;
+        /// The operator is shutting down.
+        const OPERATOR_EXITING = 1 << 4;
+        /// The invocation ran past the handler's `timeout`.
+        const HANDLER_TIMEOUT = 1 << 5;
+        /// Stop ladder: the graceful phase (`cancellation_backoff`) has begun.
+        const SIGNALLED = 1 << 6;
+        /// Stop ladder: the task was cancelled (async: dropped at its next await).
+        const CANCELLED = 1 << 7;
+        /// Stop ladder: the task did not exit in time and was left behind.
+        const ABANDONED = 1 << 8;
+    }
+}
+
+impl fmt::Display for StopReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const NAMES: [(StopReason, &str); 9] = [
+            (StopReason::DONE, "done"),
+            (StopReason::FILTERS_MISMATCH, "filters mismatch"),
+            (StopReason::RESOURCE_DELETED, "resource deleted"),
+            (StopReason::OPERATOR_PAUSING, "operator pausing"),
+            (StopReason::OPERATOR_EXITING, "operator exiting"),
+            (StopReason::HANDLER_TIMEOUT, "handler timeout"),
+            (StopReason::SIGNALLED, "signalled"),
+            (StopReason::CANCELLED, "cancelled"),
+            (StopReason::ABANDONED, "abandoned"),
+        ];
+        let mut first = true;
+        for (flag, name) in NAMES {
+            if self.contains(flag) {
+                if !first {
+                    f.write_str(", ")?;
+                }
+                f.write_str(name)?;
+                first = false;
+            }
+        }
+        if first {
+            f.write_str("none")?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Default)]
+struct State {
+    reason: StopReason,
+    since: Option<Instant>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    state: Mutex<State>,
+    cond: Condvar,
+    token: CancellationToken,
+}
+
+/// The stop flag of one handler instance: async handlers await it, blocking handlers poll or
+/// wait on it. Cloning gives another handle to the same flag.
+///
+/// The reason accumulates (see [`StopReason`]); the time it was **first** set is kept.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// use kopf_runtime::{StopReason, Stopper};
+/// let stopper = Stopper::new();
+/// assert!(!stopper.is_stopped());
+/// stopper.stop(StopReason::RESOURCE_DELETED);
+/// stopper.stopped().await; // returns at once: the flag is set
+/// assert_eq!(stopper.reason(), StopReason::RESOURCE_DELETED);
+/// # }
+/// ```
+#[derive(Clone, Default)]
+pub struct Stopper {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for Stopper {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Stopper").field("reason", &self.reason()).finish()
+    }
+}
+
+impl Stopper {
+    /// A new flag, not set.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // The state is two plain values; a panic while holding the lock cannot corrupt them.
+        self.inner.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Sets the flag, or adds `reason` to an already set flag (the first time is kept).
+    ///
+    /// ```
+    /// # use kopf_runtime::{StopReason, Stopper};
+    /// let s = Stopper::new();
+    /// s.stop(StopReason::FILTERS_MISMATCH);
+    /// s.stop(StopReason::OPERATOR_EXITING);
+    /// assert_eq!(s.reason(), StopReason::FILTERS_MISMATCH | StopReason::OPERATOR_EXITING);
+    /// ```
+    pub fn stop(&self, reason: StopReason) {
+        let mut state = self.lock();
+        state.reason |= reason;
+        if state.since.is_none() {
+            state.since = Some(Instant::now());
+        }
+        drop(state);
+        self.inner.cond.notify_all();
+        self.inner.token.cancel();
+    }
+
+    /// Whether the flag is set.
+    ///
+    /// ```
+    /// # use kopf_runtime::Stopper;
+    /// assert!(!Stopper::new().is_stopped());
+    /// ```
+    #[must_use]
+    pub fn is_stopped(&self) -> bool {
+        !self.lock().reason.is_empty()
+    }
+
+    /// All reasons set so far (empty if the flag is not set).
+    ///
+    /// ```
+    /// # use kopf_runtime::{StopReason, Stopper};
+    /// assert!(Stopper::new().reason().is_empty());
+    /// ```
+    #[must_use]
+    pub fn reason(&self) -> StopReason {
+        self.lock().reason
+    }
+
+    /// When the flag was first set (tokio time, so paused-time tests see exact instants).
+    ///
+    /// ```
+    /// # use kopf_runtime::Stopper;
+    /// assert!(Stopper::new().since().is_none());
+    /// ```
+    #[must_use]
+    pub fn since(&self) -> Option<Instant> {
+        self.lock().since
+    }
+
+    /// Waits until the flag is set.
+    ///
+    /// # Cancellation safety
+    /// This method is cancel safe: dropping the future has no effect on the flag.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// # use kopf_runtime::{StopReason, Stopper};
+    /// let s = Stopper::new();
+    /// let s2 = s.clone();
+    /// tokio::spawn(async move { s2.stop(StopReason::OPERATOR_EXITING) });
+    /// s.stopped().await;
+    /// # }
+    /// ```
+    pub async fn stopped(&self) {
+        self.inner.token.cancelled().await;
+    }
+
+    /// Sleeps for `duration` or until the flag is set, whichever comes first. Returns `true` if
+    /// the flag is set (so `if stopper.sleep(d).await { break }` reads naturally).
+    ///
+    /// # Cancellation safety
+    /// This method is cancel safe.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
+    /// # use kopf_runtime::Stopper; use std::time::Duration;
+    /// assert!(!Stopper::new().sleep(Duration::from_secs(5)).await);
+    /// # }
+    /// ```
+    pub async fn sleep(&self, duration: Duration) -> bool {
+        tokio::select! {
+            () = self.stopped() => true,
+            () = tokio::time::sleep(duration) => self.is_stopped(),
+        }
+    }
+
+    /// Blocks the current thread for up to `timeout` or until the flag is set. Returns `true` if
+    /// the flag is set. For blocking (`fn`) handlers; never call it from async code.
+    ///
+    /// ```
+    /// # use kopf_runtime::{StopReason, Stopper}; use std::time::Duration;
+    /// let s = Stopper::new();
+    /// assert!(!s.wait(Duration::from_millis(1)));
+    /// s.stop(StopReason::RESOURCE_DELETED);
+    /// assert!(s.wait(Duration::from_secs(3600)));
+    /// ```
+    #[must_use = "the return value says whether the handler must stop"]
+    pub fn wait(&self, timeout: Duration) -> bool {
+        let guard = self.lock();
+        let (guard, _) = self
+            .inner
+            .cond
+            .wait_timeout_while(guard, timeout, |s| s.reason.is_empty())
+            .unwrap_or_else(PoisonError::into_inner);
+        !guard.reason.is_empty()
+    }
+
+    /// A cancellation token that is cancelled when the flag is set, for `select!` and for
+    /// passing to libraries that take a [`CancellationToken`].
+    ///
+    /// ```
+    /// # use kopf_runtime::{StopReason, Stopper};
+    /// let s = Stopper::new();
+    /// let token = s.token();
+    /// s.stop(StopReason::OPERATOR_EXITING);
+    /// assert!(token.is_cancelled());
+    /// ```
+    #[must_use]
+    pub fn token(&self) -> CancellationToken {
+        self.inner.token.clone()
+    }
+}
