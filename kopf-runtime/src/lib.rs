@@ -16,3 +16,5 @@ pub use crate::core::spec::{
     SourceLocation, TimerSchedule, ValueFilter,
 };
 pub use crate::core::stop::{StopReason, Stopper};
+pub use crate::core::resource::ResourceInfo;
+pub use crate::core::sink::{PatchError, PatchSink, PatchSinkHandle};

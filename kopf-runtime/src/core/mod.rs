@@ -8,3 +8,5 @@ pub(crate) mod object;
 pub(crate) mod outcome;
 pub(crate) mod spec;
 pub(crate) mod stop;
+pub(crate) mod resource;
+pub(crate) mod sink;
