@@ -3,6 +3,7 @@
 //! it is tested with paused tokio time.
 
 pub(crate) mod effects;
+pub(crate) mod filter;
 pub(crate) mod handler;
 pub(crate) mod object;
 pub(crate) mod outcome;

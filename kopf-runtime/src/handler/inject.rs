@@ -1,0 +1,264 @@
+//! Parameter injection: every handler parameter is built from the invocation by its type.
+
+use std::any::type_name;
+use std::fmt;
+use std::ops::Deref;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use tokio::time::Instant;
+
+use super::live::Live;
+use super::patch::Patch;
+use super::scope::Scratch;
+use crate::core::handler::Invocation;
+use crate::core::object::ObjectRef;
+use crate::core::outcome::HandlerError;
+use crate::core::stop::Stopper;
+
+/// A type a handler parameter can have: it is built from the [`Invocation`] for handlers whose
+/// resource type is `K`.
+///
+/// The framework implements it for `Arc<K>`, [`Live<K>`], [`Stopper`], [`Patch`],
+/// `kube::Client`, [`ObjectRef`], `tracing::Span`, [`Retry`], [`Started`], [`Runtime`] and
+/// [`Data<T>`]. Implement it for your own types to inject them too.
+///
+/// ```
+/// use kopf_runtime::{HandlerError, Inject, Invocation};
+///
+/// /// The object's name, as a parameter.
+/// struct Name(String);
+///
+/// impl<K> Inject<K> for Name {
+///     fn inject(invocation: &Invocation) -> Result<Self, HandlerError> {
+///         Ok(Name(invocation.object.reference().name.to_string()))
+///     }
+/// }
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be injected into a handler of `{K}`",
+    label = "not an injectable parameter type",
+    note = "handler parameters are injected by type; injectable are: `Arc<{K}>` (the object), \
+            `Live<{K}>` (the latest object), `Stopper`, `Patch`, `kube::Client`, `ObjectRef`, \
+            `tracing::Span` (the per-object logger), `Retry`, `Started`, `Runtime`, and `Data<T>` \
+            (shared state inserted into the operator)"
+)]
+pub trait Inject<K>: Sized {
+    /// Builds the parameter for this invocation.
+    ///
+    /// # Errors
+    /// A [`HandlerError`] when the value is not available (e.g. a missing service); the
+    /// invocation then fails without running the handler.
+    fn inject(invocation: &Invocation) -> Result<Self, HandlerError>;
+}
+
+/// Marks parameter types that blocking (`fn`) handlers may take. Async-only types (like
+/// [`Live`]) leave it out.
+///
+/// ```
+/// fn blocking_safe<T: kopf_runtime::BlockingSafe>() {}
+/// blocking_safe::<kopf_runtime::Stopper>();
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` can only be used in an `async fn` handler",
+    label = "async-only parameter in a blocking handler",
+    note = "a plain `fn` handler runs on its own thread and cannot await; make the handler an \
+            `async fn`, or take `Arc<K>` (the object at the start of the invocation) instead"
+)]
+pub trait BlockingSafe {}
+
+/// Which attempt of the current cycle this is, from 0 (kopf's `retry`).
+///
+/// ```
+/// let retry = kopf_runtime::Retry(0);
+/// assert!(retry.is_first());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Retry(pub u32);
+
+impl Retry {
+    /// Whether this is the first attempt.
+    #[must_use]
+    pub fn is_first(self) -> bool {
+        self.0 == 0
+    }
+}
+
+/// When the first attempt of the current cycle started (kopf's `started`), in tokio time.
+///
+/// ```
+/// let started = kopf_runtime::Started(tokio::time::Instant::now());
+/// assert!(started.0.elapsed() < std::time::Duration::from_secs(60));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Started(pub Instant);
+
+/// How long the current cycle has been running when this invocation started (kopf's
+/// `runtime`): the time since [`Started`].
+///
+/// ```
+/// let runtime = kopf_runtime::Runtime(std::time::Duration::from_secs(5));
+/// assert_eq!(runtime.0.as_secs(), 5);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Runtime(pub Duration);
+
+/// Shared state of the operator, of type `T`, given to every handler that asks for it. Put
+/// the value into the operator's services (`services.insert(value)`); a handler asking for a
+/// type nobody inserted fails with an error naming it.
+///
+/// ```
+/// use kopf_runtime::{Data, Inject, Invocation, Services, Stopper};
+/// # use std::sync::Arc;
+/// struct Settings { greeting: String }
+///
+/// let mut services = Services::default();
+/// services.insert(Settings { greeting: "hi".into() });
+/// # let object = Arc::new(kopf_runtime::ObjectState::from_json(
+/// #     serde_json::json!({"metadata": {"name": "a", "uid": "u"}})).unwrap());
+/// # let (_tx, live) = tokio::sync::watch::channel(object.clone());
+/// # let invocation = Invocation { object, live, stopper: Stopper::new(), retry: 0,
+/// #     started: tokio::time::Instant::now(), services };
+/// let settings = <Data<Settings> as Inject<()>>::inject(&invocation).unwrap();
+/// assert_eq!(settings.greeting, "hi");
+/// ```
+pub struct Data<T: ?Sized>(Arc<T>);
+
+impl<T: ?Sized> Data<T> {
+    /// Wraps shared state (as injection does).
+    #[must_use]
+    pub fn new(value: Arc<T>) -> Self {
+        Self(value)
+    }
+
+    /// The shared `Arc`.
+    #[must_use]
+    pub fn into_inner(self) -> Arc<T> {
+        self.0
+    }
+}
+
+impl<T: ?Sized> Clone for Data<T> {
+    fn clone(&self) -> Self {
+        Self(self.0.clone())
+    }
+}
+
+impl<T: ?Sized> Deref for Data<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<T: ?Sized + fmt::Debug> fmt::Debug for Data<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Data").field(&&*self.0).finish()
+    }
+}
+
+fn service<T: Send + Sync + 'static>(invocation: &Invocation) -> Result<Arc<T>, HandlerError> {
+    invocation.services.get::<T>().ok_or_else(|| {
+        HandlerError::permanent(format!(
+            "no `{}` was given to the operator; insert it into the operator's services",
+            type_name::<T>()
+        ))
+    })
+}
+
+impl<K, T: Send + Sync + 'static> Inject<K> for Data<T> {
+    fn inject(invocation: &Invocation) -> Result<Self, HandlerError> {
+        service::<T>(invocation).map(Data)
+    }
+}
+
+impl<K: DeserializeOwned + Send + Sync + 'static> Inject<K> for Arc<K> {
+    fn inject(invocation: &Invocation) -> Result<Self, HandlerError> {
+        invocation
+            .object
+            .decode::<K>()
+            .map_err(|e| decode_error::<K>(invocation, &e))
+    }
+}
+
+impl<K: DeserializeOwned + Send + Sync + 'static> Inject<K> for Live<K> {
+    fn inject(invocation: &Invocation) -> Result<Self, HandlerError> {
+        Live::new(invocation.live.clone()).map_err(|e| decode_error::<K>(invocation, &e))
+    }
+}
+
+fn decode_error<K>(invocation: &Invocation, error: &serde_json::Error) -> HandlerError {
+    HandlerError::permanent(format!(
+        "{} does not deserialize into `{}`: {error}",
+        invocation.object.reference(),
+        type_name::<K>()
+    ))
+}
+
+impl<K> Inject<K> for Stopper {
+    fn inject(invocation: &Invocation) -> Result<Self, HandlerError> {
+        Ok(invocation.stopper.clone())
+    }
+}
+
+impl<K> Inject<K> for ObjectRef {
+    fn inject(invocation: &Invocation) -> Result<Self, HandlerError> {
+        Ok(invocation.object.reference().clone())
+    }
+}
+
+impl<K> Inject<K> for Retry {
+    fn inject(invocation: &Invocation) -> Result<Self, HandlerError> {
+        Ok(Self(invocation.retry))
+    }
+}
+
+impl<K> Inject<K> for Started {
+    fn inject(invocation: &Invocation) -> Result<Self, HandlerError> {
+        Ok(Self(invocation.started))
+    }
+}
+
+impl<K> Inject<K> for Runtime {
+    fn inject(invocation: &Invocation) -> Result<Self, HandlerError> {
+        Ok(Self(invocation.started.elapsed()))
+    }
+}
+
+impl<K> Inject<K> for kube::Client {
+    fn inject(invocation: &Invocation) -> Result<Self, HandlerError> {
+        service::<Self>(invocation).map(|client| (*client).clone())
+    }
+}
+
+impl<K> Inject<K> for Patch {
+    fn inject(invocation: &Invocation) -> Result<Self, HandlerError> {
+        match invocation.services.get::<Scratch>() {
+            Some(scratch) => Ok(scratch.patch.clone()),
+            None => Err(HandlerError::permanent(
+                "`Patch` can only be injected within a handler invocation",
+            )),
+        }
+    }
+}
+
+impl<K> Inject<K> for tracing::Span {
+    fn inject(invocation: &Invocation) -> Result<Self, HandlerError> {
+        Ok(match invocation.services.get::<Scratch>() {
+            Some(scratch) => scratch.span.clone(),
+            None => super::scope::object_span(invocation, "", ""),
+        })
+    }
+}
+
+impl<K> BlockingSafe for Arc<K> {}
+impl<T: ?Sized> BlockingSafe for Data<T> {}
+impl BlockingSafe for Stopper {}
+impl BlockingSafe for ObjectRef {}
+impl BlockingSafe for Retry {}
+impl BlockingSafe for Started {}
+impl BlockingSafe for Runtime {}
+impl BlockingSafe for kube::Client {}
+impl BlockingSafe for Patch {}
+impl BlockingSafe for tracing::Span {}

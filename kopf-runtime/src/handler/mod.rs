@@ -1,0 +1,19 @@
+//! The typed handler layer: what `#[daemon]` and `#[timer]` generate code against. It turns a
+//! user's function into an [`ErasedHandler`](crate::ErasedHandler) (injecting parameters by
+//! type, converting return values), and collects all handlers of the binary at start-up.
+
+mod inject;
+mod live;
+mod patch;
+mod registry;
+mod resource;
+mod scope;
+mod typed;
+
+pub use inject::{BlockingSafe, Data, Inject, Retry, Runtime, Started};
+pub use live::Live;
+pub use patch::Patch;
+pub use registry::{Registration, Registry, RegistryError};
+pub use resource::{ScopeKind, StaticResource};
+pub use scope::{DaemonKind, HandlerReturn, Scope, TimerKind, assert_blocking_safe};
+pub use typed::{TypedHandler, erase};

@@ -1,0 +1,165 @@
+//! One invocation as generated code runs it: injection context, the per-object span, the
+//! patch, and turning the user's return value into an [`Output`].
+
+use std::future::Future;
+
+use serde::Serialize;
+use serde_json::Value;
+use tracing::Instrument;
+
+use super::patch::Patch;
+use crate::core::handler::{Call, Invocation, Output};
+use crate::core::outcome::HandlerError;
+use crate::core::spec::HandlerSpec;
+
+/// Per-invocation values that injection reads from the invocation's services.
+#[derive(Debug)]
+pub(crate) struct Scratch {
+    pub(crate) patch: Patch,
+    pub(crate) span: tracing::Span,
+}
+
+/// The per-object span: every log line of the handler carries these fields.
+pub(crate) fn object_span(invocation: &Invocation, kind: &str, id: &str) -> tracing::Span {
+    let reference = invocation.object.reference();
+    tracing::info_span!(
+        "handler",
+        kind,
+        handler = id,
+        namespace = reference.namespace.as_deref().unwrap_or(""),
+        name = &*reference.name,
+        uid = &*reference.uid,
+    )
+}
+
+/// One invocation being prepared by generated code. Not for direct use.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct Scope {
+    invocation: Invocation,
+    patch: Patch,
+    span: tracing::Span,
+}
+
+impl Scope {
+    /// Prepares the invocation: the per-object span and the patch become injectable.
+    #[must_use]
+    pub fn new(mut invocation: Invocation, spec: &'static HandlerSpec) -> Self {
+        let span = object_span(&invocation, spec.kind.as_str(), spec.id);
+        let patch = Patch::for_invocation(&invocation);
+        invocation.services.insert(Scratch {
+            patch: patch.clone(),
+            span: span.clone(),
+        });
+        Self {
+            invocation,
+            patch,
+            span,
+        }
+    }
+
+    /// What parameters are injected from.
+    #[must_use]
+    pub fn invocation(&self) -> &Invocation {
+        &self.invocation
+    }
+
+    /// Wraps an async handler's future (already converted by [`HandlerReturn`]).
+    pub fn run_async<F>(self, future: F) -> Call
+    where
+        F: Future<Output = Result<Option<Value>, HandlerError>> + Send + 'static,
+    {
+        let Self {
+            patch,
+            span,
+            invocation,
+        } = self;
+        drop(invocation);
+        Call::Async(Box::pin(
+            async move { finish(&patch, future.await) }.instrument(span),
+        ))
+    }
+
+    /// Wraps a blocking handler's body (already converted by [`HandlerReturn`]).
+    pub fn run_blocking<F>(self, body: F) -> Call
+    where
+        F: FnOnce() -> Result<Option<Value>, HandlerError> + Send + 'static,
+    {
+        let Self {
+            patch,
+            span,
+            invocation,
+        } = self;
+        drop(invocation);
+        Call::Blocking(Box::new(move || span.in_scope(|| finish(&patch, body()))))
+    }
+}
+
+fn finish(
+    patch: &Patch,
+    result: Result<Option<Value>, HandlerError>,
+) -> Result<Output, HandlerError> {
+    let result = result?;
+    let patch = patch.take().map_err(HandlerError::permanent)?;
+    Ok(Output { result, patch })
+}
+
+/// Converts a handler's return value: `()` or `Result<(), E>` for daemons, and also
+/// `Result<T, E>` with `T: Serialize` for timers (`Kind` is [`DaemonKind`] or [`TimerKind`]).
+///
+/// ```
+/// use kopf_runtime::{DaemonKind, HandlerReturn, TimerKind};
+/// assert_eq!(HandlerReturn::<DaemonKind>::into_result(()).unwrap(), None);
+/// let ok: Result<u32, std::io::Error> = Ok(7);
+/// assert_eq!(HandlerReturn::<TimerKind>::into_result(ok).unwrap(), Some(serde_json::json!(7)));
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a valid return type for this handler",
+    label = "invalid handler return type",
+    note = "daemons return `()` or `Result<(), E>`; timers return `()` or `Result<T, E>` with \
+            `T: serde::Serialize` (stored under `status.<handler id>`); `E` must convert into \
+            `kopf_runtime::HandlerError` (any `std::error::Error + Send + Sync + 'static` does)"
+)]
+pub trait HandlerReturn<Kind> {
+    /// The value to store (`None`: nothing), or the error.
+    ///
+    /// # Errors
+    /// The handler's error, converted.
+    fn into_result(self) -> Result<Option<Value>, HandlerError>;
+}
+
+/// Marker for [`HandlerReturn`]: the rules for `#[daemon]`.
+#[derive(Debug)]
+pub enum DaemonKind {}
+
+/// Marker for [`HandlerReturn`]: the rules for `#[timer]`.
+#[derive(Debug)]
+pub enum TimerKind {}
+
+impl<Kind> HandlerReturn<Kind> for () {
+    fn into_result(self) -> Result<Option<Value>, HandlerError> {
+        Ok(None)
+    }
+}
+
+#[diagnostic::do_not_recommend]
+impl<E: Into<HandlerError>> HandlerReturn<DaemonKind> for Result<(), E> {
+    fn into_result(self) -> Result<Option<Value>, HandlerError> {
+        self.map(|()| None).map_err(Into::into)
+    }
+}
+
+#[diagnostic::do_not_recommend]
+impl<T: Serialize, E: Into<HandlerError>> HandlerReturn<TimerKind> for Result<T, E> {
+    fn into_result(self) -> Result<Option<Value>, HandlerError> {
+        let value = self.map_err(Into::into)?;
+        let value = serde_json::to_value(value).map_err(|e| {
+            HandlerError::permanent("the timer's result cannot be serialized").with_source(e)
+        })?;
+        Ok((!value.is_null()).then_some(value))
+    }
+}
+
+/// Compile-time check emitted for each parameter of a blocking handler.
+#[doc(hidden)]
+pub const fn assert_blocking_safe<T: super::inject::BlockingSafe>() {}
