@@ -1,0 +1,53 @@
+//! The supervisor's operator-wide options.
+
+use std::borrow::Cow;
+use std::time::Duration;
+
+use super::blocking::BlockingPool;
+
+/// Operator-wide options of a [`crate::Supervisor`].
+///
+/// ```
+/// use kopf_runtime::{BlockingPool, SupervisorConfig};
+/// use std::time::Duration;
+/// let config = SupervisorConfig {
+///     blocking: BlockingPool::new(64),
+///     shutdown_timeout: Duration::from_secs(10),
+///     seed: Some(42),
+///     ..SupervisorConfig::default()
+/// };
+/// assert_eq!(config.finalizer, "kopf.dev/finalizer");
+/// ```
+#[derive(Clone, Debug)]
+pub struct SupervisorConfig {
+    /// The cap on dedicated threads for blocking handlers.
+    pub blocking: BlockingPool,
+    /// How long [`crate::Supervisor::shutdown`] waits for handlers to exit before abandoning
+    /// them (default 25 s, inside a pod's default 30 s grace period).
+    pub shutdown_timeout: Duration,
+    /// The seed of the random source for timer `jitter` (`None`: random), so that tests can
+    /// assert exact instants.
+    pub seed: Option<u64>,
+    /// The framework's finalizer name; not part of the essence that `idle` timers watch.
+    pub finalizer: Cow<'static, str>,
+    /// The framework's annotation prefix; such annotations are not part of the essence that
+    /// `idle` timers watch (empty: every annotation is).
+    pub annotation_prefix: Cow<'static, str>,
+}
+
+impl SupervisorConfig {
+    /// The default `shutdown_timeout`: 25 s.
+    pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(25);
+}
+
+impl Default for SupervisorConfig {
+    fn default() -> Self {
+        Self {
+            blocking: BlockingPool::default(),
+            shutdown_timeout: Self::DEFAULT_SHUTDOWN_TIMEOUT,
+            seed: None,
+            finalizer: Cow::Borrowed("kopf.dev/finalizer"),
+            annotation_prefix: Cow::Borrowed("kopf.dev/"),
+        }
+    }
+}

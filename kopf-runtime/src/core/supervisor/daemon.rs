@@ -1,0 +1,45 @@
+//! The daemon loop: one long invocation per instance, retried in place on failures.
+//!
+//! ```text
+//! initial_delay --> invoke --ok--------------------------> done (never again in this process)
+//!                     |--temporary/arbitrary (retryable)--> sleep delay (>= 1 s) --> invoke ...
+//!                     |--permanent / exhausted / ignored--> done
+//!                     +--stop flag--> ladder --> exited / cancelled / abandoned (respawnable)
+//! ```
+
+use tokio::time::Instant;
+
+use super::invoke::{Attempt, AttemptEnd};
+use super::policy::{Verdict, judge};
+use super::runner::Runner;
+use super::state::Exit;
+
+/// Runs a daemon instance to its end.
+pub(crate) async fn run(runner: &mut Runner) -> Exit {
+    if let Some(delay) = runner.initial_delay()
+        && runner.sleep_until(Instant::now() + delay).await
+    {
+        return Exit::Exited;
+    }
+    let started = Instant::now();
+    let mut retry = 0;
+    loop {
+        let err = match runner.attempt(Attempt { retry, started }).await {
+            AttemptEnd::Stopped(exit) => return exit,
+            AttemptEnd::Finished(Ok(output)) => {
+                runner.emit_output(output);
+                return runner.finished();
+            }
+            AttemptEnd::Finished(Err(err)) => err,
+        };
+        let verdict = judge(err.kind(), runner.spec, retry, started, Instant::now());
+        runner.report_failure(&err, verdict);
+        let Verdict::Retry { delay } = verdict else {
+            return runner.finished();
+        };
+        if runner.sleep_until(Instant::now() + delay).await {
+            return Exit::Exited;
+        }
+        retry = retry.saturating_add(1);
+    }
+}

@@ -1,0 +1,248 @@
+//! One invocation: start it (on a dedicated thread for blocking handlers), enforce its
+//! `timeout`, and run the stop ladder when it is asked to stop.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use tokio::sync::{OwnedSemaphorePermit, oneshot};
+use tokio::time::Instant;
+
+use super::blocking::{ThreadResult, spawn_thread};
+use super::ladder::{Action, Input, Ladder, LadderConfig};
+use super::runner::{Runner, panic_message};
+use super::state::Exit;
+use crate::core::handler::{Call, Invocation, Output};
+use crate::core::outcome::HandlerError;
+use crate::core::stop::{StopReason, Stopper};
+
+type Outcome = Result<Output, HandlerError>;
+
+/// Where an attempt stands in its cycle.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Attempt {
+    /// The attempt number in the cycle, from 0.
+    pub(crate) retry: u32,
+    /// When the cycle's first attempt started.
+    pub(crate) started: Instant,
+}
+
+/// How an attempt ended.
+pub(crate) enum AttemptEnd {
+    /// The handler finished (a handler timeout counts as an error). The instance may have been
+    /// asked to stop meanwhile: the caller checks.
+    Finished(Outcome),
+    /// The instance was asked to stop, and the invocation is over (or never started).
+    Stopped(Exit),
+}
+
+/// An invocation in flight.
+enum Work {
+    Async(BoxFuture<'static, std::thread::Result<Outcome>>),
+    Thread(oneshot::Receiver<ThreadResult<Outcome>>),
+}
+
+impl Work {
+    /// Waits for the handler to finish; a panic becomes an arbitrary error.
+    async fn wait(&mut self) -> Result<Outcome, String> {
+        match self {
+            Self::Async(fut) => fut.await.map_err(|p| panic_message(&p)),
+            Self::Thread(rx) => match rx.await {
+                Ok(result) => result.map_err(|p| panic_message(&p)),
+                Err(_) => Err("the handler's thread ended without a result".to_owned()),
+            },
+        }
+    }
+}
+
+/// How the driver left an invocation.
+enum Ended {
+    Returned(Outcome),
+    Cancelled,
+    Abandoned,
+}
+
+impl Runner {
+    /// Runs one attempt to its end.
+    pub(crate) async fn attempt(&self, attempt: Attempt) -> AttemptEnd {
+        let permit = if self.spec.blocking {
+            match self.acquire_thread().await {
+                Some(permit) => Some(permit),
+                None => return AttemptEnd::Stopped(Exit::Exited),
+            }
+        } else {
+            None
+        };
+        let stopper = self.shared.begin_invocation();
+        if self.stopping() {
+            return AttemptEnd::Stopped(Exit::Exited);
+        }
+        let mut live = self.live.clone();
+        let object = Arc::clone(&live.borrow_and_update());
+        let invocation = Invocation {
+            object,
+            live,
+            stopper: stopper.clone(),
+            retry: attempt.retry,
+            started: attempt.started,
+            services: self.inner.services.clone(),
+        };
+        self.inner.fires.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(
+            object = %self.reference, handler = self.spec.id, retry = attempt.retry,
+            "{} invoked", self.kind()
+        );
+        let work = match self.start(invocation, permit).await {
+            Ok(work) => work,
+            Err(err) => return AttemptEnd::Finished(Err(err)),
+        };
+        let (ended, timed_out) = self.drive(work, &stopper).await;
+        let timeout = || HandlerError::timeout(self.spec.timeout.unwrap_or_default());
+        match ended {
+            Ended::Returned(_) | Ended::Cancelled | Ended::Abandoned if timed_out => {
+                AttemptEnd::Finished(Err(timeout()))
+            }
+            Ended::Returned(outcome) => AttemptEnd::Finished(outcome),
+            Ended::Cancelled => AttemptEnd::Stopped(Exit::Cancelled),
+            Ended::Abandoned => AttemptEnd::Stopped(Exit::Abandoned),
+        }
+    }
+
+    /// Calls the handler and starts its work (a thread for a blocking call).
+    async fn start(
+        &self,
+        invocation: Invocation,
+        permit: Option<OwnedSemaphorePermit>,
+    ) -> Result<Work, HandlerError> {
+        let call = catch_unwind(AssertUnwindSafe(|| self.handler.invoke(invocation)))
+            .map_err(|panic| self.panicked(&panic_message(&panic)))??;
+        match call {
+            Call::Async(fut) => Ok(Work::Async(AssertUnwindSafe(fut).catch_unwind().boxed())),
+            Call::Blocking(job) => {
+                let permit = match permit {
+                    Some(permit) => permit,
+                    None => self.acquire_thread().await.ok_or_else(|| {
+                        HandlerError::msg("stopped while waiting for a dedicated thread")
+                    })?,
+                };
+                let name = format!("kopf:{}", self.spec.id);
+                spawn_thread(name, permit, &self.inner.threads, job)
+                    .map(Work::Thread)
+                    .map_err(|err| {
+                        HandlerError::msg("cannot start a dedicated thread").with_source(err)
+                    })
+            }
+        }
+    }
+
+    /// A dedicated-thread slot, waiting in the queue (interruptibly) when all are busy.
+    async fn acquire_thread(&self) -> Option<OwnedSemaphorePermit> {
+        let pool = &self.inner.config.blocking;
+        if let Some(permit) = pool.try_acquire() {
+            return Some(permit);
+        }
+        tracing::warn!(
+            object = %self.reference, handler = self.spec.id,
+            "all {} dedicated threads are busy: the {} is queued", pool.capacity(), self.kind()
+        );
+        self.shared.queued.store(true, Ordering::SeqCst);
+        let permit = tokio::select! {
+            biased;
+            () = self.shared.stopper.stopped() => None,
+            permit = pool.acquire() => permit,
+        };
+        self.shared.queued.store(false, Ordering::SeqCst);
+        permit
+    }
+
+    /// Awaits the work while enforcing the timeout and stepping the stop ladder. Returns how it
+    /// ended and whether it ran past its timeout.
+    async fn drive(&self, mut work: Work, stopper: &Stopper) -> (Ended, bool) {
+        let cfg = LadderConfig {
+            backoff: self.spec.cancellation_backoff,
+            timeout: self.spec.cancellation_timeout,
+            polling: self.spec.cancellation_polling,
+        };
+        let deadline = self.spec.timeout.map(|t| Instant::now() + t);
+        let mut ladder = Ladder::Running;
+        let mut timed_out = false;
+        loop {
+            let ladder_at = ladder.deadline();
+            let input = tokio::select! {
+                biased;
+                result = work.wait() => {
+                    let outcome = result.map_err(|message| self.panicked(&message)).and_then(|o| o);
+                    return (Ended::Returned(outcome), timed_out);
+                }
+                () = self.shared.abandon.cancelled() => {
+                    stopper.stop(StopReason::ABANDONED);
+                    return (Ended::Abandoned, timed_out);
+                }
+                () = self.shared.stopper.stopped(), if ladder.is_running() => {
+                    Input::Stop { forced: false }
+                }
+                () = sleep_until(deadline), if !timed_out && deadline.is_some() => {
+                    timed_out = true;
+                    stopper.stop(StopReason::HANDLER_TIMEOUT);
+                    tracing::warn!(
+                        object = %self.reference, handler = self.spec.id,
+                        "{} ran past its timeout of {:?}", self.kind(), self.spec.timeout
+                    );
+                    Input::Stop { forced: true }
+                }
+                () = sleep_until(ladder_at), if ladder_at.is_some() => Input::Deadline,
+            };
+            let (next, action) = ladder.step(input, Instant::now(), &cfg);
+            ladder = next;
+            if let Some(ended) = self.act(action, &work, stopper) {
+                return (ended, timed_out);
+            }
+        }
+    }
+
+    /// Performs a ladder action; `Some` when the invocation is over for the supervisor.
+    fn act(&self, action: Action, work: &Work, stopper: &Stopper) -> Option<Ended> {
+        let (object, handler) = (&self.reference, self.spec.id);
+        match action {
+            Action::None => None,
+            Action::Signal => {
+                stopper.stop(StopReason::SIGNALLED);
+                tracing::debug!(%object, handler, "{} is signalled to exit gracefully", self.kind());
+                None
+            }
+            Action::LogStillExiting => {
+                let since = stopper.since().map(|s| s.elapsed()).unwrap_or_default();
+                tracing::info!(%object, handler, "{} is still exiting after {since:?}", self.kind());
+                None
+            }
+            Action::Cancel => {
+                stopper.stop(StopReason::CANCELLED);
+                tracing::debug!(%object, handler, "{} is cancelled", self.kind());
+                matches!(work, Work::Async(_)).then_some(Ended::Cancelled)
+            }
+            Action::Abandon => {
+                stopper.stop(StopReason::ABANDONED);
+                tracing::warn!(%object, handler, "{} did not exit in time; abandoning it", self.kind());
+                Some(Ended::Abandoned)
+            }
+        }
+    }
+
+    /// The error for a panic in the handler, logged with the object and handler.
+    fn panicked(&self, message: &str) -> HandlerError {
+        tracing::error!(
+            object = %self.reference, handler = self.spec.id,
+            "{} panicked: {message}", self.kind()
+        );
+        HandlerError::msg(format!("the handler panicked: {message}"))
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,316 @@
+//! The supervisor: runs, restarts, schedules and stops every daemon and timer of every object,
+//! and tells the Kubernetes side what to do ([`Effect`]s). It knows nothing about Kubernetes:
+//! the operator adapter feeds it object versions ([`Supervisor::observe`]) and disappearances
+//! ([`Supervisor::gone`]).
+//!
+//! Layout: `object` decides per object (spawn, stop, finalizer), `runner` is one instance's
+//! task, `daemon`/`timer` are the two loops, `invoke` runs one invocation with its timeout and
+//! the stop ladder of `ladder`; `policy` decides retries, `schedule` the timer arithmetic,
+//! `essence` what counts as a change for `idle`; `shutdown` and `stats` are operator-wide.
+//! The behaviour is documented in `docs/daemons.md` and `docs/timers.md`.
+
+mod blocking;
+mod config;
+mod daemon;
+mod essence;
+mod invoke;
+mod ladder;
+mod object;
+mod policy;
+mod runner;
+mod schedule;
+mod shutdown;
+mod state;
+mod stats;
+mod timer;
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, AtomicUsize};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+pub use self::blocking::BlockingPool;
+pub use self::config::SupervisorConfig;
+pub use self::shutdown::ShutdownReport;
+use self::state::{Inner, State};
+pub use self::stats::Stats;
+use crate::core::effects::Effect;
+use crate::core::handler::{ErasedHandler, Services};
+use crate::core::object::ObjectState;
+use crate::core::spec::HandlerKind;
+use crate::core::stop::StopReason;
+
+/// Runs the daemons and timers of every object it is told about.
+///
+/// One instance per (object UID, handler) at most, at any moment: an instance that is still
+/// stopping counts, and a new one starts only after it has exited. Instances are started when
+/// an object matches a handler ([`Supervisor::observe`]), and stopped through the stop ladder
+/// (see `docs/daemons.md`) when the object is being deleted or is gone, stops matching, or the
+/// operator pauses or exits. What the Kubernetes side must do — hold or release the finalizer,
+/// store a result, apply a patch, post a warning — arrives on the [`Effect`] channel returned
+/// by [`Supervisor::new`], in order per object.
+///
+/// The handle is cheap to clone. All methods must be called inside a tokio runtime. When the
+/// last handle is dropped, every instance is asked to stop (as on operator exit), without
+/// waiting.
+///
+/// ```
+/// use std::sync::Arc;
+/// use kopf_runtime::*;
+///
+/// /// A hand-written handler: a daemon that returns at once with a result.
+/// struct Hello;
+/// static SPEC: HandlerSpec = HandlerSpec::new("hello", HandlerKind::Daemon);
+/// impl ErasedHandler for Hello {
+///     fn spec(&self) -> &'static HandlerSpec { &SPEC }
+///     fn matches(&self, _: &ObjectState) -> Result<bool, MatchError> { Ok(true) }
+///     fn invoke(&self, inv: Invocation) -> Result<Call, HandlerError> {
+///         let name = inv.object.reference().name.to_string();
+///         Ok(Call::Async(Box::pin(async move {
+///             Ok(Output { result: Some(serde_json::json!(name)), patch: None })
+///         })))
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
+/// let (supervisor, mut effects) =
+///     Supervisor::new(vec![Arc::new(Hello)], Services::default(), SupervisorConfig::default());
+/// let object = ObjectState::from_json(serde_json::json!({
+///     "metadata": {"name": "a", "namespace": "ns", "uid": "u1"}})).unwrap();
+/// supervisor.observe(object);
+/// assert!(supervisor.holds_finalizer("u1"));
+/// let Some(Effect::Finalizer { hold: true, .. }) = effects.recv().await else { panic!() };
+/// let Some(Effect::Output { result, .. }) = effects.recv().await else { panic!() };
+/// assert_eq!(result, Some(serde_json::json!("a")));
+/// // The daemon ended on its own: it is not restarted, and the finalizer is released.
+/// let Some(Effect::Finalizer { hold: false, .. }) = effects.recv().await else { panic!() };
+/// assert_eq!(supervisor.shutdown().await, ShutdownReport::default());
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Supervisor {
+    owner: Arc<Owner>,
+}
+
+/// Stops everything when the last user handle goes away (tasks hold `Inner`, not `Owner`).
+struct Owner(Arc<Inner>);
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        let state = self.0.lock();
+        for entry in state.objects.values() {
+            for slot in &entry.slots {
+                if let state::Run::Active(active) = &slot.run {
+                    active.shared.stop(StopReason::OPERATOR_EXITING);
+                }
+            }
+        }
+    }
+}
+
+impl fmt::Debug for Supervisor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Supervisor")
+            .field("handlers", &self.inner().handlers.len())
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Supervisor {
+    /// A supervisor for `handlers`, and the channel of its [`Effect`]s.
+    ///
+    /// ```
+    /// # use kopf_runtime::*;
+    /// let (supervisor, _effects) =
+    ///     Supervisor::new(Vec::new(), Services::default(), SupervisorConfig::default());
+    /// assert_eq!(supervisor.stats(), Stats::default());
+    /// ```
+    #[must_use]
+    pub fn new(
+        handlers: Vec<Arc<dyn ErasedHandler>>,
+        services: Services,
+        config: SupervisorConfig,
+    ) -> (Self, mpsc::UnboundedReceiver<Effect>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let needs_essence = handlers.iter().any(|h| {
+            let spec = h.spec();
+            spec.kind == HandlerKind::Timer && spec.schedule.idle.is_some()
+        });
+        let rng = config
+            .seed
+            .map_or_else(fastrand::Rng::new, fastrand::Rng::with_seed);
+        let inner = Inner {
+            handlers,
+            services,
+            config,
+            effects: tx,
+            state: Mutex::new(State::new()),
+            rng: Mutex::new(rng),
+            fires: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+            threads: Arc::new(AtomicUsize::new(0)),
+            active: watch::Sender::new(0),
+            force: CancellationToken::new(),
+            needs_essence,
+        };
+        (
+            Self {
+                owner: Arc::new(Owner(Arc::new(inner))),
+            },
+            rx,
+        )
+    }
+
+    fn inner(&self) -> &Arc<Inner> {
+        &self.owner.0
+    }
+
+    /// An object exists, changed, or is being deleted ([`ObjectState::is_deleting`]).
+    ///
+    /// Evaluates every handler's filters on this version, updates the live view of running
+    /// handlers, resets `idle` timers if the essence changed, and starts or stops instances:
+    /// a matching handler without an instance gets one (never for a deleting object, nor while
+    /// paused or exiting); an instance whose handler no longer matches is stopped with
+    /// `FILTERS_MISMATCH`; a deleting object's instances are stopped with `RESOURCE_DELETED`.
+    /// The first call for an object always sends its `Finalizer` state; later calls send it
+    /// when it changes.
+    ///
+    /// ```
+    /// # use kopf_runtime::*;
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let (supervisor, mut effects) =
+    ///     Supervisor::new(Vec::new(), Services::default(), SupervisorConfig::default());
+    /// let obj = ObjectState::from_json(serde_json::json!({"metadata": {"name": "a", "uid": "u"}}));
+    /// supervisor.observe(obj.unwrap());
+    /// assert_eq!(supervisor.tracked_uids(), vec![std::sync::Arc::<str>::from("u")]);
+    /// let Some(Effect::Finalizer { hold: false, .. }) = effects.recv().await else { panic!() };
+    /// # }
+    /// ```
+    pub fn observe(&self, object: ObjectState) {
+        self.inner().observe(object);
+    }
+
+    /// The object no longer exists (a deletion event, or it vanished in a relist). Its
+    /// instances are stopped with `RESOURCE_DELETED`, nothing starts for it again, no more
+    /// effects are sent about it, and its memory is dropped once its instances have exited.
+    ///
+    /// ```
+    /// # use kopf_runtime::*;
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// # let (supervisor, _) = Supervisor::new(Vec::new(), Services::default(), SupervisorConfig::default());
+    /// let obj = ObjectState::from_json(serde_json::json!({"metadata": {"name": "a", "uid": "u"}}));
+    /// supervisor.observe(obj.unwrap());
+    /// supervisor.gone("u");
+    /// assert!(supervisor.tracked_uids().is_empty());
+    /// assert_eq!(supervisor.stats().objects, 0);
+    /// # }
+    /// ```
+    pub fn gone(&self, uid: &str) {
+        self.inner().gone(uid);
+    }
+
+    /// Whether the framework's finalizer must be on the object now: a finalizer-holding
+    /// handler matches it (it is not being deleted, and the handler has not ended on its own),
+    /// or an instance of such a handler is still running or stopping.
+    ///
+    /// ```
+    /// # use kopf_runtime::*;
+    /// # let (supervisor, _) = Supervisor::new(Vec::new(), Services::default(), SupervisorConfig::default());
+    /// assert!(!supervisor.holds_finalizer("unknown"));
+    /// ```
+    #[must_use]
+    pub fn holds_finalizer(&self, uid: &str) -> bool {
+        let inner = self.inner();
+        let state = inner.lock();
+        state
+            .objects
+            .get(uid)
+            .is_some_and(|entry| !entry.gone && inner.holds(entry))
+    }
+
+    /// The UIDs of the objects tracked now (observed and not reported gone), for diffing
+    /// against a relist.
+    ///
+    /// ```
+    /// # use kopf_runtime::*;
+    /// # let (supervisor, _) = Supervisor::new(Vec::new(), Services::default(), SupervisorConfig::default());
+    /// assert!(supervisor.tracked_uids().is_empty());
+    /// ```
+    #[must_use]
+    pub fn tracked_uids(&self) -> Vec<Arc<str>> {
+        let state = self.inner().lock();
+        let mut uids: Vec<Arc<str>> = state
+            .objects
+            .iter()
+            .filter(|(_, e)| !e.gone)
+            .map(|(uid, _)| Arc::clone(uid))
+            .collect();
+        uids.sort();
+        uids
+    }
+
+    /// Pauses the operator (e.g. it lost leadership): every instance is stopped with
+    /// `OPERATOR_PAUSING`, and nothing starts until [`Supervisor::resume`]. Finalizers stay.
+    ///
+    /// ```
+    /// # use kopf_runtime::*;
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// # let (supervisor, _) = Supervisor::new(Vec::new(), Services::default(), SupervisorConfig::default());
+    /// supervisor.pause();
+    /// supervisor.resume();
+    /// # }
+    /// ```
+    pub fn pause(&self) {
+        self.inner().set_paused(true);
+    }
+
+    /// Resumes after [`Supervisor::pause`]: the next [`Supervisor::observe`] of each object
+    /// starts its instances again (with their `initial_delay`), as a fresh watch would.
+    ///
+    /// ```
+    /// # use kopf_runtime::*;
+    /// # let (supervisor, _) = Supervisor::new(Vec::new(), Services::default(), SupervisorConfig::default());
+    /// supervisor.resume(); // not paused: nothing happens
+    /// ```
+    pub fn resume(&self) {
+        self.inner().set_paused(false);
+    }
+
+    /// Stops everything for operator exit: every instance is stopped with `OPERATOR_EXITING`
+    /// and goes through its stop ladder; whatever has not exited after
+    /// [`SupervisorConfig::shutdown_timeout`] is abandoned. Returns what exited, was cancelled
+    /// or was abandoned. Nothing starts afterwards; finalizers of objects whose handlers still
+    /// match stay held. A second call while the first is waiting skips the grace period (both
+    /// return the report); a call after it completed returns the same report at once.
+    ///
+    /// # Cancellation safety
+    /// Dropping the future leaves the shutdown begun (instances keep stopping, nothing starts);
+    /// calling `shutdown` again then completes it at once, without further grace.
+    ///
+    /// ```
+    /// # use kopf_runtime::*;
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
+    /// # let (supervisor, _) = Supervisor::new(Vec::new(), Services::default(), SupervisorConfig::default());
+    /// let report = supervisor.shutdown().await;
+    /// assert!(report.abandoned.is_empty());
+    /// # }
+    /// ```
+    pub async fn shutdown(&self) -> ShutdownReport {
+        self.inner().shutdown().await
+    }
+
+    /// A snapshot of objects, instances and counters.
+    ///
+    /// ```
+    /// # use kopf_runtime::*;
+    /// # let (supervisor, _) = Supervisor::new(Vec::new(), Services::default(), SupervisorConfig::default());
+    /// assert_eq!(supervisor.stats().fires, 0);
+    /// ```
+    #[must_use]
+    pub fn stats(&self) -> Stats {
+        self.inner().stats()
+    }
+}

@@ -1,0 +1,245 @@
+//! Per-object decisions: which instances to start or stop, and whether to hold the finalizer.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use super::essence;
+use super::runner::Runner;
+use super::state::{Active, Exit, Inner, InstanceShared, ObjectEntry, Run, State};
+use crate::core::effects::Effect;
+use crate::core::handler::MatchError;
+use crate::core::object::ObjectState;
+use crate::core::stop::StopReason;
+
+/// The result of one handler's `matches()` on one version.
+enum Match {
+    Yes,
+    No,
+    /// The object could not be evaluated: a `Skipped` effect (once per version), no match.
+    Skip(String),
+}
+
+impl Inner {
+    /// A new version of an object (see `Supervisor::observe`).
+    pub(crate) fn observe(self: &Arc<Self>, object: ObjectState) {
+        let object = Arc::new(object);
+        // User code (`when` filters) runs outside the lock.
+        let matches: Vec<Match> = if object.is_deleting() {
+            Vec::new()
+        } else {
+            self.handlers
+                .iter()
+                .map(|h| evaluate(h.as_ref(), &object))
+                .collect()
+        };
+        let essence = self.needs_essence.then(|| {
+            let cfg = &self.config;
+            essence::fingerprint(object.body(), &cfg.finalizer, &cfg.annotation_prefix)
+        });
+        let uid = Arc::clone(&object.reference().uid);
+        let mut state = self.lock();
+        let handlers = self.handlers.len();
+        let entry = state
+            .objects
+            .entry(Arc::clone(&uid))
+            .or_insert_with(|| ObjectEntry::new(Arc::clone(&object), handlers));
+        if entry.gone {
+            return; // a stale event about an object already reported gone
+        }
+        if entry.essence.is_some() && entry.essence != essence {
+            entry.idle_reset.send_replace(Instant::now());
+        }
+        entry.essence = essence;
+        entry.deleting |= object.is_deleting();
+        if entry.deleting {
+            entry.slots.iter_mut().for_each(|s| s.matched = false);
+        }
+        let version = matches
+            .iter()
+            .any(|m| matches!(m, Match::Skip(_)))
+            .then(|| essence::hash_value(object.body()));
+        for (index, found) in matches.into_iter().enumerate() {
+            let slot = &mut entry.slots[index];
+            slot.matched = matches!(found, Match::Yes);
+            let Match::Skip(message) = found else {
+                slot.skipped = None;
+                continue;
+            };
+            if slot.skipped != version {
+                slot.skipped = version;
+                let handler = self.handlers[index].spec().id;
+                tracing::warn!(object = %entry.reference, handler, "skipped: {message}");
+                let _ = self.effects.send(Effect::Skipped {
+                    object: entry.reference.clone(),
+                    handler,
+                    message,
+                });
+            }
+        }
+        entry.live.send_replace(object);
+        self.reconcile(&mut state, &uid);
+    }
+
+    /// The object no longer exists (see `Supervisor::gone`).
+    pub(crate) fn gone(self: &Arc<Self>, uid: &str) {
+        let mut state = self.lock();
+        let Some(key) = state.objects.get_key_value(uid).map(|(k, _)| Arc::clone(k)) else {
+            return;
+        };
+        if let Some(entry) = state.objects.get_mut(&key) {
+            entry.gone = true;
+            entry.slots.iter_mut().for_each(|s| s.matched = false);
+        }
+        self.reconcile(&mut state, &key);
+    }
+
+    /// Brings one object's instances in line with what it needs now: stops what must stop,
+    /// starts what may start, sends a finalizer transition, forgets a gone object.
+    pub(crate) fn reconcile(self: &Arc<Self>, state: &mut State, uid: &Arc<str>) {
+        let may_spawn = !state.paused && state.shutdown.allows_spawning();
+        let paused = state.paused;
+        let mut spawned = 0;
+        let Some(entry) = state.objects.get_mut(uid) else {
+            return;
+        };
+        let ending = entry.gone || entry.deleting;
+        for index in 0..entry.slots.len() {
+            let slot = &entry.slots[index];
+            let spawn = match &slot.run {
+                Run::Active(active) => {
+                    let reason = stop_reason(ending, paused, slot.matched);
+                    if !reason.is_empty() {
+                        active.shared.stop(reason);
+                    }
+                    false
+                }
+                Run::Idle => slot.matched && may_spawn && !ending,
+                Run::Done => false,
+            };
+            if spawn {
+                self.spawn(entry, index, &mut state.next_generation);
+                spawned += 1;
+            }
+        }
+        if spawned > 0 {
+            self.active.send_modify(|n| *n += spawned);
+        }
+        let hold = self.holds(entry);
+        if !entry.gone && entry.finalizer_sent != Some(hold) {
+            entry.finalizer_sent = Some(hold);
+            let object = entry.reference.clone();
+            let _ = self.effects.send(Effect::Finalizer { object, hold });
+        }
+        if entry.gone && !entry.has_active() {
+            state.objects.remove(uid);
+        }
+    }
+
+    /// Whether the finalizer must be held: a finalizer-holding handler matches a live object
+    /// (and has not ended on its own), or an instance of one still runs.
+    pub(crate) fn holds(&self, entry: &ObjectEntry) -> bool {
+        entry
+            .slots
+            .iter()
+            .zip(&self.handlers)
+            .any(|(slot, handler)| {
+                handler.spec().finalizer
+                    && match slot.run {
+                        Run::Active(_) => true,
+                        Run::Idle => slot.matched && !entry.deleting && !entry.gone,
+                        Run::Done => false,
+                    }
+            })
+    }
+
+    fn spawn(self: &Arc<Self>, entry: &mut ObjectEntry, index: usize, generation: &mut u64) {
+        *generation += 1;
+        let shared = Arc::new(InstanceShared::default());
+        let runner = Runner::new(self, entry, index, *generation, Arc::clone(&shared));
+        entry.slots[index].run = Run::Active(Active {
+            generation: *generation,
+            shared,
+        });
+        tokio::spawn(runner.run());
+    }
+
+    /// An instance's task ended (or was abandoned): update the slot and react at once.
+    pub(crate) fn instance_exited(
+        self: &Arc<Self>,
+        uid: &Arc<str>,
+        index: usize,
+        generation: u64,
+        exit: Exit,
+    ) {
+        let mut state = self.lock();
+        let Some(entry) = state.objects.get_mut(uid) else {
+            return;
+        };
+        let slot = &mut entry.slots[index];
+        if !matches!(&slot.run, Run::Active(a) if a.generation == generation) {
+            return; // already abandoned by the shutdown deadline
+        }
+        slot.run = if exit == Exit::Done {
+            Run::Done
+        } else {
+            Run::Idle
+        };
+        let reference = entry.reference.clone();
+        let kind = self.handlers[index].spec().kind;
+        state.record_exit(reference, self.handlers[index].spec().id, kind, exit);
+        self.active.send_modify(|n| *n = n.saturating_sub(1));
+        self.reconcile(&mut state, uid);
+    }
+
+    /// Pauses or resumes spawning; pausing stops every instance with `OPERATOR_PAUSING`.
+    pub(crate) fn set_paused(self: &Arc<Self>, paused: bool) {
+        let mut state = self.lock();
+        state.paused = paused;
+        if paused {
+            let uids: Vec<Arc<str>> = state.objects.keys().cloned().collect();
+            for uid in &uids {
+                self.reconcile(&mut state, uid);
+            }
+        }
+    }
+}
+
+/// The reasons an active instance must stop for (empty: it may go on).
+fn stop_reason(ending: bool, paused: bool, matched: bool) -> StopReason {
+    let mut reason = StopReason::empty();
+    if ending {
+        reason |= StopReason::RESOURCE_DELETED;
+    } else if !matched {
+        reason |= StopReason::FILTERS_MISMATCH;
+    }
+    if paused {
+        reason |= StopReason::OPERATOR_PAUSING;
+    }
+    reason
+}
+
+/// Runs a handler's filters; a panic in a `when` filter counts like an undecodable object.
+fn evaluate(handler: &dyn crate::core::handler::ErasedHandler, object: &ObjectState) -> Match {
+    match catch_unwind(AssertUnwindSafe(|| handler.matches(object))) {
+        Ok(Ok(true)) => Match::Yes,
+        Ok(Ok(false)) => Match::No,
+        Ok(Err(err)) => Match::Skip(match_message(&err)),
+        Err(panic) => Match::Skip(format!(
+            "the filters panicked: {}",
+            super::runner::panic_message(&panic)
+        )),
+    }
+}
+
+fn match_message(err: &MatchError) -> String {
+    let mut out = err.to_string();
+    let mut source = std::error::Error::source(err);
+    while let Some(cause) = source {
+        out.push_str(": ");
+        out.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    out
+}

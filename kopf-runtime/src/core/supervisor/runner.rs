@@ -1,0 +1,194 @@
+//! One instance of a handler for one object: its task, its context, and how it reports.
+
+use std::any::Any;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::policy::Verdict;
+use super::state::{Exit, Inner, InstanceShared, ObjectEntry};
+use super::{daemon, timer};
+use crate::core::effects::Effect;
+use crate::core::handler::{ErasedHandler, Output};
+use crate::core::object::{ObjectRef, ObjectState};
+use crate::core::outcome::HandlerError;
+use crate::core::spec::{HandlerKind, HandlerSpec};
+use crate::core::stop::StopReason;
+
+/// The context of one instance's task.
+pub(crate) struct Runner {
+    pub(crate) inner: Arc<Inner>,
+    pub(crate) uid: Arc<str>,
+    pub(crate) reference: ObjectRef,
+    pub(crate) index: usize,
+    pub(crate) generation: u64,
+    pub(crate) handler: Arc<dyn ErasedHandler>,
+    pub(crate) spec: &'static HandlerSpec,
+    pub(crate) shared: Arc<InstanceShared>,
+    pub(crate) live: watch::Receiver<Arc<ObjectState>>,
+    pub(crate) idle: watch::Receiver<Instant>,
+}
+
+/// Reports the instance's end to the supervisor however the task ends (also when the runtime
+/// drops it).
+struct ExitGuard {
+    inner: Arc<Inner>,
+    uid: Arc<str>,
+    index: usize,
+    generation: u64,
+    shared: Arc<InstanceShared>,
+    exit: Exit,
+}
+
+impl Drop for ExitGuard {
+    fn drop(&mut self) {
+        // A thread left behind keeps seeing its flag set.
+        self.shared.stop(StopReason::DONE);
+        self.inner
+            .instance_exited(&self.uid, self.index, self.generation, self.exit);
+    }
+}
+
+impl Runner {
+    pub(crate) fn new(
+        inner: &Arc<Inner>,
+        entry: &ObjectEntry,
+        index: usize,
+        generation: u64,
+        shared: Arc<InstanceShared>,
+    ) -> Self {
+        let handler = Arc::clone(&inner.handlers[index]);
+        Self {
+            inner: Arc::clone(inner),
+            uid: Arc::clone(&entry.reference.uid),
+            reference: entry.reference.clone(),
+            index,
+            generation,
+            spec: handler.spec(),
+            handler,
+            shared,
+            live: entry.live.subscribe(),
+            idle: entry.idle_reset.subscribe(),
+        }
+    }
+
+    /// The instance's task.
+    pub(crate) async fn run(mut self) {
+        let mut guard = ExitGuard {
+            inner: Arc::clone(&self.inner),
+            uid: Arc::clone(&self.uid),
+            index: self.index,
+            generation: self.generation,
+            shared: Arc::clone(&self.shared),
+            exit: Exit::Cancelled,
+        };
+        tracing::debug!(object = %self.reference, handler = self.spec.id, "{} started", self.kind());
+        guard.exit = match self.spec.kind {
+            HandlerKind::Daemon => daemon::run(&mut self).await,
+            HandlerKind::Timer => timer::run(&mut self).await,
+        };
+        tracing::debug!(
+            object = %self.reference, handler = self.spec.id, exit = ?guard.exit,
+            "{} ended", self.kind()
+        );
+    }
+
+    pub(crate) fn kind(&self) -> &'static str {
+        self.spec.kind.as_str()
+    }
+
+    /// Whether the instance was asked to stop.
+    pub(crate) fn stopping(&self) -> bool {
+        self.shared.is_stopping()
+    }
+
+    /// How the instance ends now that its handler is finished: on its own unless asked to stop.
+    pub(crate) fn finished(&self) -> Exit {
+        if self.stopping() {
+            Exit::Exited
+        } else {
+            Exit::Done
+        }
+    }
+
+    /// Sleeps until `until` unless asked to stop first; `true` if asked to stop.
+    pub(crate) async fn sleep_until(&self, until: Instant) -> bool {
+        tokio::select! {
+            biased;
+            () = self.shared.stopper.stopped() => true,
+            () = tokio::time::sleep_until(until) => self.stopping(),
+        }
+    }
+
+    /// The delay before the first invocation (a panicking delay function falls back to the
+    /// fixed `initial_delay`).
+    pub(crate) fn initial_delay(&self) -> Option<Duration> {
+        let object = Arc::clone(&self.live.borrow());
+        catch_unwind(AssertUnwindSafe(|| self.handler.initial_delay(&object))).unwrap_or_else(
+            |panic| {
+                tracing::error!(
+                    object = %self.reference, handler = self.spec.id,
+                    "the initial_delay function panicked: {}", panic_message(&panic)
+                );
+                self.spec.initial_delay
+            },
+        )
+    }
+
+    /// Sends a successful invocation's result and patch, if any.
+    pub(crate) fn emit_output(&self, output: Output) {
+        tracing::debug!(object = %self.reference, handler = self.spec.id, "{} succeeded", self.kind());
+        if output.result.is_none() && output.patch.is_none() {
+            return;
+        }
+        let effect = Effect::Output {
+            object: self.reference.clone(),
+            handler: self.spec.id,
+            result: output.result,
+            patch: output.patch,
+        };
+        self.inner.emit(&self.uid, effect);
+    }
+
+    /// Counts, logs and reports a failed invocation.
+    pub(crate) fn report_failure(&self, err: &HandlerError, verdict: Verdict) {
+        self.inner.failures.fetch_add(1, Ordering::Relaxed);
+        let (object, handler, message) = (&self.reference, self.spec.id, err.report());
+        let retry = match verdict {
+            Verdict::Ignored => {
+                tracing::warn!(%object, handler, "{} failed (errors ignored): {message}", self.kind());
+                return;
+            }
+            Verdict::Retry { delay } if !self.stopping() => {
+                tracing::error!(%object, handler, "{} failed, retrying in {delay:?}: {message}", self.kind());
+                true
+            }
+            Verdict::Retry { .. } | Verdict::Exhausted | Verdict::Permanent => {
+                tracing::error!(%object, handler, "{} failed for good ({verdict:?}): {message}", self.kind());
+                false
+            }
+        };
+        let effect = Effect::Failure {
+            object: object.clone(),
+            handler,
+            message,
+            fatal: !retry,
+        };
+        self.inner.emit(&self.uid, effect);
+    }
+}
+
+/// The message of a caught panic.
+pub(crate) fn panic_message(payload: &Box<dyn Any + Send>) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a non-string panic payload".to_owned()
+    }
+}

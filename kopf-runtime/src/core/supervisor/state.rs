@@ -1,0 +1,204 @@
+//! The supervisor's shared state: objects, their handler slots, and instance bookkeeping.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::config::SupervisorConfig;
+use super::shutdown::ShutdownPhase;
+use crate::core::effects::Effect;
+use crate::core::handler::{ErasedHandler, Services};
+use crate::core::object::{ObjectRef, ObjectState};
+use crate::core::stop::{StopReason, Stopper};
+
+/// Everything the supervisor handle and its tasks share.
+pub(crate) struct Inner {
+    pub(crate) handlers: Vec<Arc<dyn ErasedHandler>>,
+    pub(crate) services: Services,
+    pub(crate) config: SupervisorConfig,
+    pub(crate) effects: mpsc::UnboundedSender<Effect>,
+    pub(crate) state: Mutex<State>,
+    pub(crate) rng: Mutex<fastrand::Rng>,
+    /// Invocations started.
+    pub(crate) fires: AtomicU64,
+    /// Invocations that failed.
+    pub(crate) failures: AtomicU64,
+    /// Dedicated threads alive (also abandoned ones).
+    pub(crate) threads: Arc<AtomicUsize>,
+    /// The number of instances not yet exited or abandoned.
+    pub(crate) active: watch::Sender<usize>,
+    /// Cancelled by a second shutdown request: skip the grace period.
+    pub(crate) force: CancellationToken,
+    /// Whether any handler is an `idle` timer (only then essences are computed).
+    pub(crate) needs_essence: bool,
+}
+
+impl Inner {
+    /// The state, also after a panic elsewhere (every update keeps it consistent).
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Sends an effect about `uid` unless the object is gone (then nothing can be done with it).
+    pub(crate) fn emit(&self, uid: &str, effect: Effect) {
+        let state = self.lock();
+        if state.objects.get(uid).is_some_and(|o| !o.gone) {
+            let _ = self.effects.send(effect);
+        }
+    }
+}
+
+/// Mutable state, behind [`Inner::state`].
+pub(crate) struct State {
+    pub(crate) objects: HashMap<Arc<str>, ObjectEntry>,
+    pub(crate) paused: bool,
+    pub(crate) shutdown: ShutdownPhase,
+    pub(crate) next_generation: u64,
+    pub(crate) daemons_abandoned: u64,
+    pub(crate) timers_abandoned: u64,
+}
+
+impl State {
+    pub(crate) fn new() -> Self {
+        Self {
+            objects: HashMap::new(),
+            paused: false,
+            shutdown: ShutdownPhase::NotStarted,
+            next_generation: 0,
+            daemons_abandoned: 0,
+            timers_abandoned: 0,
+        }
+    }
+}
+
+/// What the supervisor remembers about one object (by UID).
+pub(crate) struct ObjectEntry {
+    pub(crate) reference: ObjectRef,
+    /// The latest version, shared with running handlers.
+    pub(crate) live: watch::Sender<Arc<ObjectState>>,
+    /// When the essence last changed (or the object was first seen).
+    pub(crate) idle_reset: watch::Sender<Instant>,
+    pub(crate) essence: Option<u64>,
+    pub(crate) deleting: bool,
+    pub(crate) gone: bool,
+    /// The last `Finalizer` effect sent (`None`: none yet).
+    pub(crate) finalizer_sent: Option<bool>,
+    /// One slot per handler, by handler index.
+    pub(crate) slots: Vec<Slot>,
+}
+
+impl ObjectEntry {
+    pub(crate) fn new(object: Arc<ObjectState>, handlers: usize) -> Self {
+        Self {
+            reference: object.reference().clone(),
+            live: watch::Sender::new(object),
+            idle_reset: watch::Sender::new(Instant::now()),
+            essence: None,
+            deleting: false,
+            gone: false,
+            finalizer_sent: None,
+            slots: (0..handlers).map(|_| Slot::default()).collect(),
+        }
+    }
+
+    /// Whether any instance still runs (abandoned ones do not count).
+    pub(crate) fn has_active(&self) -> bool {
+        self.slots.iter().any(|s| matches!(s.run, Run::Active(_)))
+    }
+}
+
+/// One (object, handler) pair.
+#[derive(Default)]
+pub(crate) struct Slot {
+    /// Whether the handler matched the latest version (false while deleting).
+    pub(crate) matched: bool,
+    /// The body fingerprint a `Skipped` effect was sent for.
+    pub(crate) skipped: Option<u64>,
+    pub(crate) run: Run,
+}
+
+/// The lifecycle of a slot.
+///
+/// ```text
+/// Idle --match--> Active --ended on its own--> Done (never again in this process)
+///   ^                |
+///   +----stopped-----+   (respawned at once if the latest version still matches)
+/// ```
+#[derive(Default)]
+pub(crate) enum Run {
+    /// No instance; one is spawned when the handler matches.
+    #[default]
+    Idle,
+    /// One instance, running or stopping.
+    Active(Active),
+    /// The handler ended on its own for this object.
+    Done,
+}
+
+/// The bookkeeping of a live instance.
+pub(crate) struct Active {
+    /// Tells this instance from earlier ones of the same slot.
+    pub(crate) generation: u64,
+    pub(crate) shared: Arc<InstanceShared>,
+}
+
+/// What the supervisor and an instance's task share.
+#[derive(Default)]
+pub(crate) struct InstanceShared {
+    /// The instance's lifecycle flag (deleted, mismatch, pausing, exiting).
+    pub(crate) stopper: Stopper,
+    /// The flag of the invocation in flight, which also gets the lifecycle reasons.
+    current: Mutex<Option<Stopper>>,
+    /// Cancelled when the supervisor gives up on the instance (shutdown deadline).
+    pub(crate) abandon: CancellationToken,
+    /// Waiting for a dedicated thread.
+    pub(crate) queued: AtomicBool,
+}
+
+impl InstanceShared {
+    fn current(&self) -> MutexGuard<'_, Option<Stopper>> {
+        self.current.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Stops the instance (and its invocation in flight) with `reason`.
+    pub(crate) fn stop(&self, reason: StopReason) {
+        let current = self.current();
+        self.stopper.stop(reason);
+        if let Some(inv) = current.as_ref() {
+            inv.stop(reason);
+        }
+    }
+
+    /// A fresh flag for the next invocation, already set if the instance is stopping.
+    pub(crate) fn begin_invocation(&self) -> Stopper {
+        let mut current = self.current();
+        let stopper = Stopper::new();
+        if self.stopper.is_stopped() {
+            stopper.stop(self.stopper.reason());
+        }
+        *current = Some(stopper.clone());
+        stopper
+    }
+
+    /// Whether the instance was asked to stop.
+    pub(crate) fn is_stopping(&self) -> bool {
+        self.stopper.is_stopped()
+    }
+}
+
+/// How an instance ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Exit {
+    /// On its own (returned, failed for good, one-shot done): never again in this process.
+    Done,
+    /// After it was asked to stop, by itself (or it was not in an invocation).
+    Exited,
+    /// Cancelled by the stop ladder.
+    Cancelled,
+    /// Abandoned by the stop ladder or the shutdown deadline.
+    Abandoned,
+}

@@ -1,0 +1,88 @@
+//! A snapshot of what the supervisor is doing.
+
+use std::sync::atomic::Ordering;
+
+use super::state::{Inner, Run};
+use crate::core::spec::HandlerKind;
+
+/// A snapshot of the supervisor's work, from [`crate::Supervisor::stats`].
+///
+/// Gauges (`objects`, `*_running`, `*_stopping`, `*_queued`, `threads`) describe this moment;
+/// counters (`*_abandoned`, `fires`, `failures`) count since the supervisor was created.
+///
+/// ```
+/// use kopf_runtime::Stats;
+/// let idle = Stats::default();
+/// assert_eq!(idle.objects, 0);
+/// assert_eq!(idle, Stats { fires: 0, ..Stats::default() });
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Objects in memory: tracked, or gone with handlers still exiting.
+    pub objects: usize,
+    /// Daemon instances running (not asked to stop, not queued).
+    pub daemons_running: usize,
+    /// Daemon instances asked to stop that have not exited yet.
+    pub daemons_stopping: usize,
+    /// Blocking daemon instances waiting for a dedicated thread.
+    pub daemons_queued: usize,
+    /// Daemon instances abandoned so far.
+    pub daemons_abandoned: u64,
+    /// Timer instances running (between runs or in one).
+    pub timers_running: usize,
+    /// Timer instances asked to stop that have not exited yet.
+    pub timers_stopping: usize,
+    /// Blocking timer instances waiting for a dedicated thread.
+    pub timers_queued: usize,
+    /// Timer instances abandoned so far.
+    pub timers_abandoned: u64,
+    /// Dedicated threads alive now (abandoned ones included, until they return).
+    pub threads: usize,
+    /// Invocations started so far.
+    pub fires: u64,
+    /// Invocations that failed so far (errors, panics, timeouts; ignored errors included).
+    pub failures: u64,
+}
+
+impl Inner {
+    /// Counts everything under the lock.
+    pub(crate) fn stats(&self) -> Stats {
+        let state = self.lock();
+        let mut stats = Stats {
+            objects: state.objects.len(),
+            daemons_abandoned: state.daemons_abandoned,
+            timers_abandoned: state.timers_abandoned,
+            threads: self.threads.load(Ordering::SeqCst),
+            fires: self.fires.load(Ordering::Relaxed),
+            failures: self.failures.load(Ordering::Relaxed),
+            ..Stats::default()
+        };
+        for entry in state.objects.values() {
+            for (slot, handler) in entry.slots.iter().zip(&self.handlers) {
+                let Run::Active(active) = &slot.run else {
+                    continue;
+                };
+                let (running, stopping, queued) = match handler.spec().kind {
+                    HandlerKind::Daemon => (
+                        &mut stats.daemons_running,
+                        &mut stats.daemons_stopping,
+                        &mut stats.daemons_queued,
+                    ),
+                    HandlerKind::Timer => (
+                        &mut stats.timers_running,
+                        &mut stats.timers_stopping,
+                        &mut stats.timers_queued,
+                    ),
+                };
+                if active.shared.is_stopping() {
+                    *stopping += 1;
+                } else if active.shared.queued.load(Ordering::SeqCst) {
+                    *queued += 1;
+                } else {
+                    *running += 1;
+                }
+            }
+        }
+        stats
+    }
+}

@@ -1,0 +1,162 @@
+//! The timer loop: cycles of invocations on a schedule, never overlapping.
+//!
+//! ```text
+//! initial_delay --> [wait: interval (soft/sharp) | change (idle-only)] --> [idle] --> [jitter]
+//!     --> cycle: invoke (retry after delay while retryable) --> next cycle
+//! ```
+//! A one-shot timer (`once`, or neither `interval` nor `idle`) ends after its first cycle; a
+//! permanent error ends the timer for this object.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::invoke::{Attempt, AttemptEnd};
+use super::policy::{Verdict, judge};
+use super::runner::Runner;
+use super::schedule::{MIN_INTERVAL, draw_jitter, next_sharp_tick};
+use super::state::Exit;
+
+/// How a cycle ended.
+enum Cycle {
+    /// Succeeded, failed for good, or failed with errors ignored: the schedule goes on.
+    Over,
+    /// A permanent failure: the timer ends for this object.
+    Permanent,
+    /// The instance was stopped.
+    Stopped(Exit),
+}
+
+/// The timer's position on its schedule.
+struct Position {
+    /// The first run's start: the anchor of a sharp grid.
+    anchor: Instant,
+    /// The start of the latest attempt.
+    last_start: Instant,
+}
+
+/// Runs a timer instance to its end.
+pub(crate) async fn run(runner: &mut Runner) -> Exit {
+    let schedule = runner.spec.schedule;
+    let one_shot = schedule.once || (schedule.interval.is_none() && schedule.idle.is_none());
+    if let Some(delay) = runner.initial_delay()
+        && runner.sleep_until(Instant::now() + delay).await
+    {
+        return Exit::Exited;
+    }
+    let mut position: Option<Position> = None;
+    loop {
+        if let Some(pos) = &position
+            && wait_for_next(runner, pos).await
+        {
+            return Exit::Exited;
+        }
+        if let Some(idle) = schedule.idle
+            && wait_idle(runner, idle).await
+        {
+            return Exit::Exited;
+        }
+        if let Some(jitter) = schedule.jitter {
+            let delay = draw_jitter(&mut lock_rng(runner), jitter);
+            if runner.sleep_until(Instant::now() + delay).await {
+                return Exit::Exited;
+            }
+        }
+        match cycle(runner, &mut position).await {
+            Cycle::Stopped(exit) => return exit,
+            Cycle::Permanent => return runner.finished(),
+            Cycle::Over if one_shot => return runner.finished(),
+            Cycle::Over if runner.stopping() => return Exit::Exited,
+            Cycle::Over => {}
+        }
+    }
+}
+
+fn lock_rng(runner: &Runner) -> std::sync::MutexGuard<'_, fastrand::Rng> {
+    runner
+        .inner
+        .rng
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Waits for the next cycle after the previous one: the interval, or (idle-only) a change of
+/// the essence after the previous run started. `true` if asked to stop.
+async fn wait_for_next(runner: &mut Runner, pos: &Position) -> bool {
+    let schedule = runner.spec.schedule;
+    let now = Instant::now();
+    match schedule.interval {
+        Some(interval) if schedule.sharp => {
+            let at = next_sharp_tick(pos.anchor, interval, pos.last_start, now);
+            runner.sleep_until(at).await
+        }
+        Some(interval) => runner.sleep_until(now + interval.max(MIN_INTERVAL)).await,
+        None => loop {
+            if *runner.idle.borrow_and_update() > pos.last_start {
+                return false;
+            }
+            tokio::select! {
+                biased;
+                () = runner.shared.stopper.stopped() => return true,
+                changed = runner.idle.changed() => if changed.is_err() {
+                    // The object is forgotten: it is gone, and the stop flag is on its way.
+                    runner.shared.stopper.stopped().await;
+                    return true;
+                },
+            }
+        },
+    }
+}
+
+/// Waits until the essence has been unchanged for `idle`. `true` if asked to stop.
+async fn wait_idle(runner: &mut Runner, idle: Duration) -> bool {
+    loop {
+        let at = *runner.idle.borrow_and_update() + idle;
+        if Instant::now() >= at {
+            return false;
+        }
+        tokio::select! {
+            biased;
+            () = runner.shared.stopper.stopped() => return true,
+            () = tokio::time::sleep_until(at) => {}
+            changed = runner.idle.changed() => if changed.is_err() {
+                runner.shared.stopper.stopped().await;
+                return true;
+            },
+        }
+    }
+}
+
+/// One cycle: invoke, and retry while the failure is retryable.
+async fn cycle(runner: &Runner, position: &mut Option<Position>) -> Cycle {
+    let started = Instant::now();
+    let mut retry = 0;
+    loop {
+        let start = Instant::now();
+        let anchor = position.as_ref().map_or(start, |p| p.anchor);
+        *position = Some(Position {
+            anchor,
+            last_start: start,
+        });
+        let err = match runner.attempt(Attempt { retry, started }).await {
+            AttemptEnd::Stopped(exit) => return Cycle::Stopped(exit),
+            AttemptEnd::Finished(Ok(output)) => {
+                runner.emit_output(output);
+                return Cycle::Over;
+            }
+            AttemptEnd::Finished(Err(err)) => err,
+        };
+        let verdict = judge(err.kind(), runner.spec, retry, started, Instant::now());
+        runner.report_failure(&err, verdict);
+        match verdict {
+            Verdict::Retry { delay } => {
+                if runner.sleep_until(Instant::now() + delay).await {
+                    return Cycle::Stopped(Exit::Exited);
+                }
+                retry = retry.saturating_add(1);
+            }
+            Verdict::Permanent => return Cycle::Permanent,
+            Verdict::Exhausted | Verdict::Ignored => return Cycle::Over,
+        }
+    }
+}
