@@ -19,6 +19,9 @@ pub use crate::core::spec::{
 pub use crate::core::stop::{StopReason, Stopper};
 pub use crate::core::resource::ResourceInfo;
 pub use crate::core::sink::{PatchError, PatchSink, PatchSinkHandle};
+pub use crate::core::supervisor::{
+    BlockingPool, ShutdownReport, Stats, Supervisor, SupervisorConfig,
+};
 pub use crate::handler::{
     BlockingSafe, DaemonKind, Data, HandlerReturn, Inject, Live, Patch, Registration, Registry,
     RegistryError, Retry, Runtime, ScopeKind, Started, StaticResource, TimerKind, TypedHandler,

@@ -11,3 +11,4 @@ pub(crate) mod spec;
 pub(crate) mod stop;
 pub(crate) mod resource;
 pub(crate) mod sink;
+pub(crate) mod supervisor;
