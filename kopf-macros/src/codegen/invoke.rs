@@ -1,0 +1,90 @@
+//! `TypedHandler::invoke`: inject every parameter by type, call the user's function, convert
+//! its return value.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{format_ident, quote, quote_spanned};
+use syn::spanned::Spanned;
+
+use crate::model::{HandlerModel, Kind};
+
+/// `let __kopf_arg_N = <Ty as Inject<K>>::inject(..)?;`, spanned on each parameter type so an
+/// injection failure points at it.
+fn injections(model: &HandlerModel, object: &TokenStream) -> (Vec<TokenStream>, Vec<syn::Ident>) {
+    let krate = &model.krate;
+    let names: Vec<syn::Ident> = (0..model.sig.params.len())
+        .map(|i| format_ident!("__kopf_arg_{}", i, span = Span::mixed_site()))
+        .collect();
+    let lets = model
+        .sig
+        .params
+        .iter()
+        .zip(&names)
+        .map(|(ty, name)| {
+            quote_spanned! {ty.span()=>
+                let #name = <#ty as #krate::Inject<#object>>::inject(__kopf_scope.invocation())?;
+            }
+        })
+        .collect();
+    (lets, names)
+}
+
+/// For blocking handlers: every parameter type must be `BlockingSafe`.
+fn blocking_checks(model: &HandlerModel) -> Vec<TokenStream> {
+    let krate = &model.krate;
+    model
+        .sig
+        .params
+        .iter()
+        .map(|ty| quote_spanned!(ty.span()=> #krate::__private::assert_blocking_safe::<#ty>();))
+        .collect()
+}
+
+/// `HandlerReturn::<Kind>::into_result(value)`, spanned on the return type.
+fn convert(model: &HandlerModel, value: TokenStream) -> TokenStream {
+    let krate = &model.krate;
+    let kind = match model.kind {
+        Kind::Daemon => quote!(#krate::DaemonKind),
+        Kind::Timer => quote!(#krate::TimerKind),
+    };
+    let span = model
+        .sig
+        .output
+        .as_ref()
+        .map_or_else(|| model.sig.ident.span(), Spanned::span);
+    quote_spanned! {span=>
+        #krate::HandlerReturn::<#kind>::into_result(#value)
+    }
+}
+
+pub(crate) fn invoke_fn(model: &HandlerModel, object: &TokenStream) -> TokenStream {
+    let krate = &model.krate;
+    let ident = &model.sig.ident;
+    let (lets, args) = injections(model, object);
+    let call = quote!(#ident(#(#args),*));
+    let (checks, run) = if model.sig.is_async {
+        let converted = convert(model, quote!(#call.await));
+        let future = quote_spanned! {ident.span()=>
+            async move { #converted }
+        };
+        (Vec::new(), quote!(__kopf_scope.run_async(#future)))
+    } else {
+        let converted = convert(model, call);
+        (
+            blocking_checks(model),
+            quote!(__kopf_scope.run_blocking(move || #converted)),
+        )
+    };
+    quote! {
+        fn invoke(
+            __kopf_invocation: #krate::Invocation,
+        ) -> ::core::result::Result<#krate::Call, #krate::HandlerError> {
+            let __kopf_scope = #krate::__private::Scope::new(
+                __kopf_invocation,
+                <Self as #krate::TypedHandler>::SPEC,
+            );
+            #(#checks)*
+            #(#lets)*
+            ::core::result::Result::Ok(#run)
+        }
+    }
+}

@@ -1,0 +1,112 @@
+//! Stage 3: code generation from the validated model. Infallible: every mistake the macro can
+//! see was reported by the earlier stages; type errors are left to rustc, with the generated
+//! checks spanned on the user's tokens.
+
+mod invoke;
+mod spec;
+
+use proc_macro2::TokenStream;
+use quote::{quote, quote_spanned};
+use syn::spanned::Spanned;
+
+use crate::model::{Delay, HandlerModel, Resource};
+
+/// The type objects decode into.
+fn object_type(model: &HandlerModel) -> TokenStream {
+    let krate = &model.krate;
+    match model.object_type() {
+        Some(ty) => quote!(#ty),
+        None => quote!(#krate::__private::DynamicObject),
+    }
+}
+
+fn resource_fn(model: &HandlerModel) -> TokenStream {
+    let krate = &model.krate;
+    let body = match &model.resource {
+        Resource::Static { object } => quote_spanned! {object.span()=>
+            <#object as #krate::StaticResource>::resource_info()
+        },
+        Resource::Dynamic {
+            group,
+            version,
+            kind,
+            plural,
+            namespaced,
+            ..
+        } => quote! {
+            #krate::ResourceInfo::new(#group, #version, #kind, #plural, #namespaced)
+        },
+    };
+    quote! {
+        fn resource() -> #krate::ResourceInfo {
+            #body
+        }
+    }
+}
+
+fn when_fn(model: &HandlerModel, object: &TokenStream) -> TokenStream {
+    let Some(when) = &model.when else {
+        return TokenStream::new();
+    };
+    let check = quote_spanned! {when.span()=>
+        let __kopf_when: fn(&#object) -> ::core::primitive::bool = #when;
+    };
+    quote! {
+        fn when(__kopf_object: &#object) -> ::core::primitive::bool {
+            #check
+            __kopf_when(__kopf_object)
+        }
+    }
+}
+
+fn initial_delay_fn(model: &HandlerModel, object: &TokenStream) -> TokenStream {
+    let Some(Delay::Computed(delay)) = &model.initial_delay else {
+        return TokenStream::new();
+    };
+    let check = quote_spanned! {delay.span()=>
+        let __kopf_delay: fn(&#object) -> ::core::time::Duration = #delay;
+    };
+    quote! {
+        fn initial_delay(
+            __kopf_object: &#object,
+        ) -> ::core::option::Option<::core::time::Duration> {
+            #check
+            ::core::option::Option::Some(__kopf_delay(__kopf_object))
+        }
+    }
+}
+
+/// The handler struct, its `TypedHandler` impl and its registration, inside `const _`.
+pub(crate) fn generate(model: &HandlerModel) -> TokenStream {
+    let krate = &model.krate;
+    let object = object_type(model);
+    let object_decl = match model.object_type() {
+        Some(ty) => quote_spanned!(ty.span()=> type Resource = #object;),
+        None => quote!(type Resource = #object;),
+    };
+    let spec = spec::spec(model);
+    let resource = resource_fn(model);
+    let when = when_fn(model, &object);
+    let initial_delay = initial_delay_fn(model, &object);
+    let invoke = invoke::invoke_fn(model, &object);
+    quote! {
+        #[doc(hidden)]
+        const _: () = {
+            #[allow(non_camel_case_types)]
+            struct __kopf_Handler;
+
+            impl #krate::TypedHandler for __kopf_Handler {
+                #object_decl
+                const SPEC: &'static #krate::HandlerSpec = &#spec;
+                #resource
+                #when
+                #initial_delay
+                #invoke
+            }
+
+            #krate::__private::inventory::submit! {
+                #krate::__private::Registration::new::<__kopf_Handler>()
+            }
+        };
+    }
+}

@@ -1,0 +1,172 @@
+//! The `HandlerSpec` constant: every option as a const expression.
+
+use std::time::Duration;
+
+use proc_macro2::{Literal, TokenStream};
+use quote::{quote, quote_spanned};
+use syn::spanned::Spanned;
+
+use crate::args::{ErrorsArg, Literal as JsonLit, MetaCondition, ValueArg};
+use crate::model::{Field, HandlerModel, Kind};
+
+/// `::core::time::Duration::new(secs, nanos)`.
+pub(crate) fn duration(d: Duration) -> TokenStream {
+    let secs = Literal::u64_suffixed(d.as_secs());
+    let nanos = Literal::u32_suffixed(d.subsec_nanos());
+    quote!(::core::time::Duration::new(#secs, #nanos))
+}
+
+fn opt_duration(d: Option<Duration>) -> TokenStream {
+    match d {
+        Some(d) => {
+            let d = duration(d);
+            quote!(::core::option::Option::Some(#d))
+        }
+        None => quote!(::core::option::Option::None),
+    }
+}
+
+fn meta_filters(krate: &syn::Path, entries: &[(String, MetaCondition)]) -> TokenStream {
+    let items = entries.iter().map(|(key, condition)| {
+        let filter = match condition {
+            MetaCondition::Equals(v) => quote!(#krate::MetaFilter::Equals(#v)),
+            MetaCondition::Present => quote!(#krate::MetaFilter::Present),
+            MetaCondition::Absent => quote!(#krate::MetaFilter::Absent),
+            MetaCondition::Predicate(f) => {
+                let f = &f.0;
+                quote_spanned!(f.span()=> #krate::MetaFilter::Predicate(#f))
+            }
+        };
+        quote!((#key, #filter))
+    });
+    quote!(&[#(#items),*])
+}
+
+fn field(krate: &syn::Path, field: Option<&Field>) -> TokenStream {
+    let Some(Field {
+        path,
+        segments,
+        value,
+    }) = field
+    else {
+        return quote!(::core::option::Option::None);
+    };
+    let value = match value {
+        ValueArg::Present => quote!(#krate::ValueFilter::Present),
+        ValueArg::Absent => quote!(#krate::ValueFilter::Absent),
+        ValueArg::Equals(lit) => {
+            let lit = match lit {
+                JsonLit::Str(s) => quote!(#krate::JsonLiteral::Str(#s)),
+                JsonLit::Int(i) => {
+                    let i = Literal::i64_suffixed(*i);
+                    quote!(#krate::JsonLiteral::Int(#i))
+                }
+                JsonLit::Float(f) => {
+                    let f = Literal::f64_suffixed(*f);
+                    quote!(#krate::JsonLiteral::Float(#f))
+                }
+                JsonLit::Bool(b) => quote!(#krate::JsonLiteral::Bool(#b)),
+            };
+            quote!(#krate::ValueFilter::Equals(#lit))
+        }
+        ValueArg::Predicate(f) => {
+            let f = &f.0;
+            quote_spanned!(f.span()=> #krate::ValueFilter::Predicate(#f))
+        }
+    };
+    quote! {
+        ::core::option::Option::Some(#krate::FieldFilter {
+            path: #path,
+            segments: &[#(#segments),*],
+            value: #value,
+        })
+    }
+}
+
+/// The `HandlerSpec` value (a const expression). Fields not listed come from
+/// `HandlerSpec::new`, so the generated code keeps compiling when the spec grows.
+pub(crate) fn spec(model: &HandlerModel) -> TokenStream {
+    let krate = &model.krate;
+    let id = &model.id;
+    let kind = match model.kind {
+        Kind::Daemon => quote!(#krate::HandlerKind::Daemon),
+        Kind::Timer => quote!(#krate::HandlerKind::Timer),
+    };
+    let errors = match model.errors {
+        ErrorsArg::Temporary => quote!(#krate::ErrorsMode::Temporary),
+        ErrorsArg::Permanent => quote!(#krate::ErrorsMode::Permanent),
+        ErrorsArg::Ignored => quote!(#krate::ErrorsMode::Ignored),
+    };
+    let blocking = !model.sig.is_async;
+    let backoff = model
+        .backoff
+        .map_or_else(|| quote!(#krate::HandlerSpec::DEFAULT_BACKOFF), duration);
+    let retries = match model.retries {
+        Some(n) => quote!(::core::option::Option::Some(#n)),
+        None => quote!(::core::option::Option::None),
+    };
+    let retry_timeout = opt_duration(model.retry_timeout);
+    let timeout = opt_duration(model.timeout);
+    let initial_delay = opt_duration(match &model.initial_delay {
+        Some(crate::model::Delay::Fixed(d)) => Some(*d),
+        _ => None,
+    });
+    let finalizer = model.finalizer;
+    let cancellation_backoff = opt_duration(model.cancellation_backoff);
+    let cancellation_timeout = opt_duration(model.cancellation_timeout);
+    let cancellation_polling = model.cancellation_polling.map_or_else(
+        || quote!(#krate::HandlerSpec::DEFAULT_CANCELLATION_POLLING),
+        duration,
+    );
+    let schedule = schedule(model);
+    let labels = meta_filters(krate, &model.labels);
+    let annotations = meta_filters(krate, &model.annotations);
+    let field = field(krate, model.field.as_ref());
+    quote! {
+        #krate::HandlerSpec {
+            location: #krate::SourceLocation {
+                file: ::core::file!(),
+                line: ::core::line!(),
+                column: ::core::column!(),
+            },
+            blocking: #blocking,
+            errors: #errors,
+            backoff: #backoff,
+            retries: #retries,
+            retry_timeout: #retry_timeout,
+            timeout: #timeout,
+            initial_delay: #initial_delay,
+            finalizer: #finalizer,
+            cancellation_backoff: #cancellation_backoff,
+            cancellation_timeout: #cancellation_timeout,
+            cancellation_polling: #cancellation_polling,
+            schedule: #schedule,
+            filters: #krate::Filters {
+                labels: #labels,
+                annotations: #annotations,
+                field: #field,
+                ..#krate::HandlerSpec::new(#id, #kind).filters
+            },
+            ..#krate::HandlerSpec::new(#id, #kind)
+        }
+    }
+}
+
+fn schedule(model: &HandlerModel) -> TokenStream {
+    let krate = &model.krate;
+    let s = model.schedule;
+    let interval = opt_duration(s.interval);
+    let idle = opt_duration(s.idle);
+    let jitter = opt_duration(s.jitter);
+    let (sharp, once) = (s.sharp, s.once);
+    quote! {
+        #krate::TimerSchedule {
+            interval: #interval,
+            sharp: #sharp,
+            idle: #idle,
+            jitter: #jitter,
+            once: #once,
+            ..#krate::HandlerSpec::new("", #krate::HandlerKind::Timer).schedule
+        }
+    }
+}

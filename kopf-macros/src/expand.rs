@@ -1,0 +1,53 @@
+//! The driver: parse the attribute and the function, validate, generate; on error emit the
+//! function unchanged plus every error (so IDEs keep working); dump with `KOPF_MACROS_DEBUG=1`.
+
+use proc_macro2::{Span, TokenStream};
+use quote::ToTokens;
+use syn::ItemFn;
+
+use crate::model::{HandlerModel, Kind};
+use crate::{args, codegen, signature};
+
+/// Parses and validates; every error of the attribute and the signature together.
+pub(crate) fn model(kind: Kind, args: TokenStream, func: &ItemFn) -> darling::Result<HandlerModel> {
+    let mut errors = darling::Error::accumulator();
+    let args = errors.handle(args::parse(kind, args));
+    let sig = errors.handle(signature::analyze(func));
+    let (Some(args), Some(sig)) = (args, sig) else {
+        errors.finish()?;
+        return Err(darling::Error::custom(
+            "kopf-macros: internal parsing error",
+        ));
+    };
+    errors.finish()?;
+    HandlerModel::build(kind, args, sig, Span::call_site())
+}
+
+/// The whole expansion of `#[daemon(args)]` / `#[timer(args)]` on `item`.
+pub(crate) fn expand(kind: Kind, args: TokenStream, item: TokenStream) -> TokenStream {
+    let func: ItemFn = match syn::parse2(item.clone()) {
+        Ok(func) => func,
+        Err(_) => {
+            let error = syn::Error::new(
+                Span::call_site(),
+                format!("{} goes on a function (`async fn` or `fn`)", kind.attr()),
+            );
+            let mut out = item;
+            out.extend(error.to_compile_error());
+            return out;
+        }
+    };
+    let mut out = func.to_token_stream();
+    match model(kind, args, &func) {
+        Ok(model) => out.extend(codegen::generate(&model)),
+        Err(errors) => out.extend(errors.write_errors()),
+    }
+    if std::env::var_os("KOPF_MACROS_DEBUG").is_some_and(|v| v == "1") {
+        eprintln!(
+            "---- kopf-macros: {} on `{}` ----\n{out}\n----",
+            kind.attr(),
+            func.sig.ident
+        );
+    }
+    out
+}
