@@ -39,6 +39,8 @@ go build -trimpath -ldflags "-s -w $LDV" -o "$OUT/kube-apiserver" k8s.io/kuberne
 go build -trimpath -ldflags "-s -w $LDV" -o "$OUT/kube-controller-manager" k8s.io/kubernetes/cmd/kube-controller-manager
 go build -trimpath -ldflags "-s -w" -o "$OUT/etcd" go.etcd.io/etcd/server/v3
 touch "${BINS[@]/#/$OUT/}"
+# sed (not head) reads all of the output, so the binary never dies of SIGPIPE under pipefail.
 "$OUT/kube-apiserver" --version
-"$OUT/etcd" --version | head -1
+"$OUT/kube-controller-manager" --version
+"$OUT/etcd" --version | sed -n 1p
 echo "kube-testenv build: done in $(( $(date +%s) - start ))s"
