@@ -7,6 +7,8 @@ mod codegen;
 mod expand;
 mod model;
 mod signature;
+#[cfg(test)]
+mod tests;
 mod validate;
 
 use proc_macro::TokenStream;
