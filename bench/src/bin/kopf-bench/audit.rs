@@ -1,0 +1,69 @@
+//! Counting API requests from the kube-apiserver's audit log (one `RequestReceived` event per
+//! request, see `bench/audit-policy.yaml`). The harness's own requests carry its user agent and
+//! are left out, and so are the API server's internal ones.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{BufRead as _, BufReader, Seek as _, SeekFrom};
+use std::path::PathBuf;
+
+use kopf_bench::kubeutil::HARNESS_USER_AGENT;
+
+/// A position in the audit log.
+#[derive(Debug, Clone)]
+pub(crate) struct AuditLog {
+    path: PathBuf,
+}
+
+/// Requests counted between two marks, by verb.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Counts {
+    pub(crate) total: u64,
+    pub(crate) by_verb: BTreeMap<String, u64>,
+}
+
+impl AuditLog {
+    pub(crate) fn from_env() -> Option<Self> {
+        std::env::var_os("BENCH_AUDIT_LOG").map(|p| Self {
+            path: PathBuf::from(p),
+        })
+    }
+
+    /// The current end of the log (a mark).
+    pub(crate) fn mark(&self) -> u64 {
+        std::fs::metadata(&self.path).map_or(0, |m| m.len())
+    }
+
+    /// Counts the operator's requests between two marks.
+    pub(crate) fn count(&self, from: u64, to: u64) -> std::io::Result<Counts> {
+        let mut file = File::open(&self.path)?;
+        file.seek(SeekFrom::Start(from))?;
+        let mut reader = BufReader::new(file);
+        let mut counts = Counts::default();
+        let mut pos = from;
+        let mut line = String::new();
+        while pos < to {
+            line.clear();
+            let read = reader.read_line(&mut line)?;
+            if read == 0 {
+                break;
+            }
+            pos += read as u64;
+            let Ok(event) = serde_json::from_str::<serde_json::Value>(&line) else {
+                continue;
+            };
+            if event["stage"] != "RequestReceived" {
+                continue;
+            }
+            let agent = event["userAgent"].as_str().unwrap_or("");
+            let user = event["user"]["username"].as_str().unwrap_or("");
+            if agent.starts_with(HARNESS_USER_AGENT) || user.starts_with("system:") {
+                continue;
+            }
+            counts.total += 1;
+            let verb = event["verb"].as_str().unwrap_or("?").to_owned();
+            *counts.by_verb.entry(verb).or_default() += 1;
+        }
+        Ok(counts)
+    }
+}

@@ -1,0 +1,235 @@
+//! The harness's own API work: the CRD, the namespace, creating and removing objects, and a
+//! watch that counts objects and finalizers. Every request carries the harness user agent, so the
+//! audit-log count leaves it out.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use futures::{StreamExt as _, TryStreamExt as _, stream};
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kopf_bench::kubeutil::{HARNESS_USER_AGENT, api_resource, client, objects};
+use kopf_bench::names::{NAMESPACE, object_name};
+use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
+use kube::{Api, Client, ResourceExt as _};
+use serde::Deserialize as _;
+use serde_json::json;
+use tokio::time::Instant;
+
+const CRD_YAML: &str = include_str!("../../../../kopf-examples/crds/kopfexample.yaml");
+const IN_FLIGHT: usize = 32;
+
+/// The harness's connection to the API server.
+#[derive(Clone)]
+pub(crate) struct Cluster {
+    client: Client,
+    api: Api<DynamicObject>,
+}
+
+impl Cluster {
+    pub(crate) async fn connect() -> anyhow::Result<Self> {
+        let client = client(Some(HARNESS_USER_AGENT)).await?;
+        Ok(Self {
+            api: objects(client.clone()),
+            client,
+        })
+    }
+
+    /// Applies the CRD and the namespace and waits until the resource is served.
+    pub(crate) async fn setup(&self) -> anyhow::Result<()> {
+        let crds: Api<CustomResourceDefinition> = Api::all(self.client.clone());
+        let pp = PatchParams::apply(HARNESS_USER_AGENT).force();
+        for doc in serde_yaml::Deserializer::from_str(CRD_YAML) {
+            let crd = CustomResourceDefinition::deserialize(doc).context("parsing the CRD")?;
+            crds.patch(&crd.name_any(), &pp, &Patch::Apply(&crd))
+                .await
+                .context("applying the CRD")?;
+        }
+        let nss: Api<Namespace> = Api::all(self.client.clone());
+        let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}});
+        nss.patch(NAMESPACE, &pp, &Patch::Apply(&ns))
+            .await
+            .context("applying the namespace")?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match self.api.list(&ListParams::default().limit(1)).await {
+                Ok(_) => return Ok(()),
+                Err(e) if Instant::now() > deadline => bail!("the CRD is not served: {e}"),
+                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
+    }
+
+    async fn for_each(&self, names: Vec<String>, patch: serde_json::Value) -> anyhow::Result<()> {
+        let api = &self.api;
+        let patch = &patch;
+        stream::iter(names)
+            .map(|name| async move {
+                match api
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+                    .await
+                {
+                    Ok(_) => Ok(()),
+                    Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+                    Err(e) => Err(anyhow::Error::new(e).context(format!("patching {name}"))),
+                }
+            })
+            .buffer_unordered(IN_FLIGHT)
+            .try_collect::<()>()
+            .await
+    }
+
+    /// Makes exactly objects 0..n exist, none being deleted, none with finalizers.
+    pub(crate) async fn prepare(&self, n: usize) -> anyhow::Result<()> {
+        let list = self.api.list(&ListParams::default()).await?;
+        let mut existing = HashMap::new();
+        let mut strip = Vec::new();
+        let mut wanted: Vec<String> = (0..n).map(object_name).collect();
+        let wanted_set: std::collections::HashSet<&String> = wanted.iter().collect();
+        let mut extra = false;
+        for obj in list {
+            let name = obj.name_any();
+            if !obj.finalizers().is_empty() {
+                strip.push(name.clone());
+            }
+            if obj.metadata.deletion_timestamp.is_some() || !wanted_set.contains(&name) {
+                extra = true;
+            }
+            existing.insert(name, ());
+        }
+        self.for_each(strip, json!({"metadata": {"finalizers": null}}))
+            .await?;
+        if extra {
+            self.delete_all().await?;
+            self.wait_count(0, Duration::from_secs(120)).await?;
+            existing.clear();
+        }
+        wanted.retain(|name| !existing.contains_key(name));
+        self.create(wanted).await
+    }
+
+    async fn create(&self, names: Vec<String>) -> anyhow::Result<()> {
+        let ar = api_resource();
+        let api = &self.api;
+        let ar = &ar;
+        stream::iter(names)
+            .map(|name| async move {
+                let mut obj = DynamicObject::new(&name, ar).within(NAMESPACE);
+                obj.data = json!({"spec": {"field": "value"}});
+                match api.create(&PostParams::default(), &obj).await {
+                    Ok(_) => Ok(()),
+                    Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+                    Err(e) => Err(anyhow::Error::new(e).context(format!("creating {name}"))),
+                }
+            })
+            .buffer_unordered(IN_FLIGHT)
+            .try_collect::<()>()
+            .await
+    }
+
+    /// Deletes every benchmark object with one delete-collection request.
+    pub(crate) async fn delete_all(&self) -> anyhow::Result<()> {
+        self.api
+            .delete_collection(&DeleteParams::default(), &ListParams::default())
+            .await?;
+        Ok(())
+    }
+
+    /// Removes every finalizer and deletes everything (cleanup after an arm that left them).
+    pub(crate) async fn remove_all(&self) -> anyhow::Result<()> {
+        self.delete_all().await?;
+        let list = self.api.list(&ListParams::default()).await?;
+        let names = list
+            .into_iter()
+            .filter(|o| !o.finalizers().is_empty())
+            .map(|o| o.name_any());
+        self.for_each(names.collect(), json!({"metadata": {"finalizers": null}}))
+            .await?;
+        self.wait_count(0, Duration::from_secs(120)).await
+    }
+
+    async fn wait_count(&self, n: usize, limit: Duration) -> anyhow::Result<()> {
+        let deadline = Instant::now() + limit;
+        loop {
+            let count = self
+                .api
+                .list_metadata(&ListParams::default())
+                .await?
+                .items
+                .len();
+            if count == n {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("{count} benchmark objects exist after {limit:?}, expected {n}");
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// Starts a watch that keeps the counts of objects and of objects with finalizers.
+    pub(crate) fn watch(&self) -> Watch {
+        let state = Arc::new(Mutex::new(WatchState::default()));
+        let task_state = Arc::clone(&state);
+        let api = self.api.clone();
+        let task = tokio::spawn(async move {
+            let mut events = watcher(api, watcher::Config::default()).boxed();
+            let mut init: HashMap<String, bool> = HashMap::new();
+            while let Some(event) = events.next().await {
+                let Ok(event) = event else { continue };
+                let mut st = task_state.lock().unwrap_or_else(PoisonError::into_inner);
+                match event {
+                    watcher::Event::Init => init.clear(),
+                    watcher::Event::InitApply(o) => {
+                        init.insert(o.name_any(), !o.finalizers().is_empty());
+                    }
+                    watcher::Event::InitDone => {
+                        st.objects = std::mem::take(&mut init);
+                        st.synced = true;
+                    }
+                    watcher::Event::Apply(o) => {
+                        st.objects.insert(o.name_any(), !o.finalizers().is_empty());
+                    }
+                    watcher::Event::Delete(o) => {
+                        st.objects.remove(&o.name_any());
+                    }
+                }
+            }
+        });
+        Watch { state, task }
+    }
+}
+
+#[derive(Default)]
+struct WatchState {
+    synced: bool,
+    objects: HashMap<String, bool>,
+}
+
+/// Counts kept by [`Cluster::watch`].
+pub(crate) struct Watch {
+    state: Arc<Mutex<WatchState>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Watch {
+    /// `(objects, objects with finalizers)`, once the initial list is in.
+    pub(crate) fn counts(&self) -> Option<(usize, usize)> {
+        let st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        st.synced.then(|| {
+            (
+                st.objects.len(),
+                st.objects.values().filter(|f| **f).count(),
+            )
+        })
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

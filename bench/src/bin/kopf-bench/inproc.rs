@@ -1,0 +1,180 @@
+//! Scenario 7: in-process scale, no API server. Runs `bench-inproc` as a child and reads its
+//! CPU and RSS from outside at the phases it announces on stdout:
+//!
+//! - `baseline`: the objects and the bookkeeping exist, nothing is supervised yet;
+//! - `spawned <seconds>`: every instance runs (the time it took to start them all);
+//! - `window-start` / `window-end`: the measurement window;
+//! - `result <json>`: lateness quantiles and counts measured inside the child;
+//! - `stopped <seconds>`: the time it took to stop everything.
+
+use std::io::{BufRead as _, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use kopf_bench::procstat::{self, load_average};
+
+use crate::arms::Programs;
+use crate::results::Trial;
+use crate::scenarios::Metrics;
+
+/// Which population scenario 7 runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Timers,
+    Daemons,
+}
+
+impl Kind {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Timers => "inproc-timers",
+            Self::Daemons => "inproc-daemons",
+        }
+    }
+
+    pub(crate) fn parse(s: &str) -> Option<Self> {
+        match s {
+            "inproc-timers" | "7" | "inproc" => Some(Self::Timers),
+            "inproc-daemons" => Some(Self::Daemons),
+            _ => None,
+        }
+    }
+}
+
+/// The arms of scenario 7: the supervisor, and bare tokio tasks doing the same.
+const ARMS: [&str; 2] = ["kopf-rs", "tokio"];
+
+fn measure(
+    programs: &Programs,
+    kind: Kind,
+    arm: &str,
+    n: usize,
+    window: Duration,
+    dir: &Path,
+) -> anyhow::Result<Metrics> {
+    std::fs::create_dir_all(dir)?;
+    let mode = match (arm, kind) {
+        ("kopf-rs", Kind::Timers) => "timers",
+        ("kopf-rs", Kind::Daemons) => "daemons",
+        (_, Kind::Timers) => "tokio-timers",
+        (_, Kind::Daemons) => "tokio-daemons",
+    };
+    let exe = programs.bin_dir.join("bench-inproc");
+    anyhow::ensure!(
+        exe.exists(),
+        "{} is missing; build it with `cargo build -p kopf-bench --bins`",
+        exe.display()
+    );
+    let mut child = Command::new(exe)
+        .args([mode, &n.to_string(), &window.as_secs_f64().to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(dir.join("stderr.log"))?)
+        .spawn()?;
+    let pid = child.id();
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| anyhow::anyhow!("no stdout"))?;
+    let mut m = Metrics::new();
+    let (mut base, mut w0) = (None, None);
+    let mut rss = Vec::new();
+    for line in BufReader::new(stdout).lines() {
+        let line = line?;
+        let (word, rest) = line.split_once(' ').unwrap_or((line.as_str(), ""));
+        match word {
+            "baseline" => base = Some(procstat::read(pid)?),
+            "spawned" => {
+                m.insert("spawn_s".into(), rest.parse().unwrap_or(f64::NAN));
+            }
+            "sample" => rss.push(procstat::read(pid)?.rss),
+            "window-start" => w0 = Some((procstat::read(pid)?, std::time::Instant::now())),
+            "window-end" => {
+                let p1 = procstat::read(pid)?;
+                let (p0, t0) =
+                    w0.ok_or_else(|| anyhow::anyhow!("window-end before window-start"))?;
+                let secs = t0.elapsed().as_secs_f64();
+                let cores = procstat::cpu_between(&p0, &p1) / secs;
+                m.insert("cores".into(), cores);
+                #[allow(clippy::cast_precision_loss)]
+                let per_1000 = cores / (n as f64 / 1000.0);
+                m.insert("cores_per_1000".into(), per_1000);
+                rss.push(p1.rss);
+                rss.sort_unstable();
+                let steady = rss[rss.len() / 2];
+                #[allow(clippy::cast_precision_loss)]
+                {
+                    m.insert("rss_mb".into(), steady as f64 / 1e6);
+                    m.insert("peak_rss_mb".into(), p1.hwm as f64 / 1e6);
+                    if let Some(b) = base {
+                        let per = (steady.saturating_sub(b.rss)) as f64 / n as f64;
+                        m.insert("bytes_per_instance".into(), per);
+                        m.insert("baseline_rss_mb".into(), b.rss as f64 / 1e6);
+                    }
+                }
+            }
+            "result" => {
+                let v: serde_json::Value = serde_json::from_str(rest)?;
+                if let Some(obj) = v.as_object() {
+                    for (k, val) in obj {
+                        if let Some(x) = val.as_f64() {
+                            m.insert(k.clone(), x);
+                        }
+                    }
+                }
+            }
+            "stopped" => {
+                m.insert("stop_all_s".into(), rest.parse().unwrap_or(f64::NAN));
+            }
+            _ => {}
+        }
+    }
+    let status = child.wait()?;
+    anyhow::ensure!(
+        status.success(),
+        "bench-inproc exited with {status} (see {}/stderr.log)",
+        dir.display()
+    );
+    Ok(m)
+}
+
+/// Runs one pair index of scenario 7 for one arm (both arms in turn; returns the last trial of
+/// the pair after pushing the first through `push_first`).
+pub(crate) async fn trial(
+    programs: &Programs,
+    kind: Kind,
+    n: usize,
+    pair: usize,
+    window: Duration,
+    tmp: &Path,
+) -> Vec<Trial> {
+    let mut out = Vec::new();
+    for arm in ARMS {
+        let dir = tmp.join(format!("{}-{n}-{arm}-{pair}", kind.as_str()));
+        let load_before = load_average();
+        let started_unix = crate::now_unix();
+        let (p, k, a, d) = (programs.clone(), kind, arm, dir.clone());
+        let res = tokio::task::spawn_blocking(move || measure(&p, k, a, n, window, &d)).await;
+        let mut trial = Trial {
+            scenario: kind.as_str().into(),
+            n,
+            arm: arm.into(),
+            pair,
+            started_unix,
+            load_before,
+            load_after: load_average(),
+            metrics: Metrics::new(),
+            lateness_ms: Vec::new(),
+            notes: Vec::new(),
+            error: None,
+        };
+        match res {
+            Ok(Ok(m)) => trial.metrics = m,
+            Ok(Err(e)) => trial.error = Some(format!("{e:#}")),
+            Err(e) => trial.error = Some(e.to_string()),
+        }
+        out.push(trial);
+    }
+    out
+}

@@ -1,0 +1,241 @@
+//! `kopf-bench`: runs the benchmark scenarios for every arm in turn and writes the report.
+//!
+//! ```text
+//! kopf-bench run [--scenarios timers,startup,...] [--n 100,1000] [--pairs 3] [--window 30]
+//!                [--arms kopf-rs,kopf-py,tokio,kube-loop] [--out DIR] [--fresh] [--strict]
+//! kopf-bench report DIR
+//! ```
+//!
+//! `run` needs `KUBECONFIG` (the benchmark's own kube-testenv) and `BENCH_AUDIT_LOG` (its audit
+//! log); `bench/run` sets both up. See `bench/README.md`.
+
+mod arms;
+mod audit;
+mod cluster;
+mod fires;
+mod inproc;
+mod report;
+mod results;
+mod scenarios;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use kopf_bench::procstat::load_average;
+
+use crate::arms::{Arm, Programs};
+use crate::results::{Machine, Results, Trial};
+use crate::scenarios::{Ctx, Scenario};
+
+/// Parsed `run` options.
+struct RunArgs {
+    scenarios: Vec<Scenario>,
+    inproc: Vec<inproc::Kind>,
+    ns: Vec<usize>,
+    inproc_ns: Vec<usize>,
+    pairs: usize,
+    window: Duration,
+    arms: Option<Vec<Arm>>,
+    out: PathBuf,
+    fresh: bool,
+    strict: bool,
+}
+
+fn list<T>(v: &str, f: impl Fn(&str) -> anyhow::Result<T>) -> anyhow::Result<Vec<T>> {
+    v.split(',')
+        .filter(|s| !s.is_empty())
+        .map(|s| f(s.trim()))
+        .collect()
+}
+
+fn parse_n(s: &str) -> anyhow::Result<usize> {
+    let s = s.replace('_', "");
+    let (digits, mult) = match s.strip_suffix('k') {
+        Some(d) => (d.to_owned(), 1000),
+        None => match s.strip_suffix('M') {
+            Some(d) => (d.to_owned(), 1_000_000),
+            None => (s.clone(), 1),
+        },
+    };
+    Ok(digits
+        .parse::<usize>()
+        .with_context(|| format!("bad N {s:?}"))?
+        * mult)
+}
+
+fn parse_run(args: &[String]) -> anyhow::Result<RunArgs> {
+    let mut r = RunArgs {
+        scenarios: vec![Scenario::Timers],
+        inproc: Vec::new(),
+        ns: vec![100],
+        inproc_ns: vec![100_000],
+        pairs: 3,
+        window: Duration::from_secs(30),
+        arms: None,
+        out: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("results/latest"),
+        fresh: false,
+        strict: false,
+    };
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--scenarios" => {
+                let v = value()?.clone();
+                r.scenarios = Vec::new();
+                for s in v.split(',') {
+                    match inproc::Kind::parse(s) {
+                        Some(k) => r.inproc.push(k),
+                        None => r.scenarios.push(Scenario::parse(s)?),
+                    }
+                }
+            }
+            "--n" => r.ns = list(value()?, parse_n)?,
+            "--inproc-n" => r.inproc_ns = list(value()?, parse_n)?,
+            "--pairs" => r.pairs = value()?.parse()?,
+            "--window" => r.window = Duration::from_secs_f64(value()?.parse()?),
+            "--arms" => r.arms = Some(list(value()?, Arm::parse)?),
+            "--out" => r.out = PathBuf::from(value()?),
+            "--fresh" => r.fresh = true,
+            "--strict" => r.strict = true,
+            other => bail!("unknown option {other:?}"),
+        }
+    }
+    Ok(r)
+}
+
+fn now_unix() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn save(results: &Results, out: &Path) -> anyhow::Result<()> {
+    results.save(out)?;
+    std::fs::write(out.join("report.md"), report::render(results))?;
+    Ok(())
+}
+
+fn record(results: &mut Results, mut trial: Trial, strict_failures: &mut usize) {
+    trial.metrics.retain(|_, v| v.is_finite());
+    let status = trial.error.as_deref().unwrap_or("ok");
+    eprintln!(
+        "kopf-bench: {} N={} {} pair {}: {status} {:?} {:?}",
+        trial.scenario, trial.n, trial.arm, trial.pair, trial.metrics, trial.notes
+    );
+    if trial.error.is_some() || !trial.notes.is_empty() {
+        *strict_failures += 1;
+    }
+    results.trials.push(trial);
+}
+
+async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let programs = Programs::locate()?;
+    let results_path = args.out.join("results.json");
+    let mut results = if !args.fresh && results_path.exists() {
+        Results::load(&results_path)?
+    } else {
+        Results::default()
+    };
+    results.machine = Machine::describe(&programs.bench_dir);
+    let tmp = programs.bench_dir.join("results/tmp");
+    let mut failures = 0;
+    if !args.scenarios.is_empty() {
+        let cluster = cluster::Cluster::connect().await?;
+        cluster.setup().await?;
+        let audit = audit::AuditLog::from_env();
+        if audit.is_none() {
+            eprintln!("kopf-bench: BENCH_AUDIT_LOG is not set; API requests will not be counted");
+        }
+        let ctx = Ctx {
+            cluster,
+            programs: programs.clone(),
+            audit,
+            window: args.window,
+        };
+        for &scenario in &args.scenarios {
+            for &n in &args.ns {
+                results
+                    .trials
+                    .retain(|t| !(t.scenario == scenario.as_str() && t.n == n));
+                let arms: Vec<Arm> = scenario
+                    .arms()
+                    .iter()
+                    .copied()
+                    .filter(|a| args.arms.as_ref().is_none_or(|list| list.contains(a)))
+                    .collect();
+                for pair in 0..args.pairs {
+                    for &arm in &arms {
+                        let dir = scenarios::trial_dir(&tmp, scenario, n, arm, pair);
+                        let load_before = load_average();
+                        let started_unix = now_unix();
+                        let out = scenarios::trial(&ctx, scenario, n, arm, &dir).await;
+                        let mut trial = Trial {
+                            scenario: scenario.as_str().into(),
+                            n,
+                            arm: arm.as_str().into(),
+                            pair,
+                            started_unix,
+                            load_before,
+                            load_after: load_average(),
+                            metrics: Default::default(),
+                            lateness_ms: Vec::new(),
+                            notes: Vec::new(),
+                            error: None,
+                        };
+                        match out {
+                            Ok(o) => {
+                                trial.metrics = o.metrics;
+                                trial.notes = o.notes;
+                                trial.lateness_ms = o.lateness_ms;
+                            }
+                            Err(e) => trial.error = Some(format!("{e:#}")),
+                        }
+                        record(&mut results, trial, &mut failures);
+                        save(&results, &args.out)?;
+                    }
+                }
+            }
+        }
+        ctx.cluster
+            .remove_all()
+            .await
+            .context("removing the benchmark objects")?;
+    }
+    for &kind in &args.inproc {
+        for &n in &args.inproc_ns {
+            results
+                .trials
+                .retain(|t| !(t.scenario == kind.as_str() && t.n == n));
+            for pair in 0..args.pairs {
+                for trial in inproc::trial(&programs, kind, n, pair, args.window, &tmp).await {
+                    record(&mut results, trial, &mut failures);
+                }
+                save(&results, &args.out)?;
+            }
+        }
+    }
+    save(&results, &args.out)?;
+    eprintln!(
+        "kopf-bench: report written to {}",
+        args.out.join("report.md").display()
+    );
+    if args.strict && failures > 0 {
+        bail!("{failures} trial(s) failed or did not settle (see the notes in the report)");
+    }
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.split_first() {
+        Some((cmd, rest)) if cmd == "run" => run(parse_run(rest)?).await,
+        Some((cmd, [dir])) if cmd == "report" => {
+            let dir = PathBuf::from(dir);
+            save(&Results::load(&dir.join("results.json"))?, &dir)
+        }
+        _ => bail!("usage: kopf-bench run [options] | kopf-bench report DIR (see bench/README.md)"),
+    }
+}

@@ -1,0 +1,366 @@
+//! The Markdown report: method, machine, targets met or missed, and one table per scenario.
+
+use std::fmt::Write as _;
+
+use kopf_bench::stats::{Summary, summarize};
+
+use crate::results::Results;
+
+/// The metrics shown for each scenario, with their labels.
+fn shown(scenario: &str) -> &'static [(&'static str, &'static str)] {
+    match scenario {
+        "timers" => &[
+            ("cores", "CPU (cores)"),
+            ("rss_mb", "steady RSS (MB)"),
+            ("peak_rss_mb", "peak RSS (MB)"),
+            ("lat_p50_ms", "lateness p50 (ms)"),
+            ("lat_p99_ms", "lateness p99 (ms)"),
+            ("lat_p999_ms", "lateness p99.9 (ms)"),
+            ("fires_per_s", "fires/s"),
+            ("fires_expected_per_s", "fires/s expected"),
+            ("cpu_us_per_fire", "CPU per fire (µs)"),
+            ("requests_per_s", "API requests/s"),
+        ],
+        "daemons" => &[
+            ("cores", "CPU (cores)"),
+            ("rss_mb", "steady RSS (MB)"),
+            ("peak_rss_mb", "peak RSS (MB)"),
+            ("fires_per_s", "ticks/s"),
+            ("requests_per_s", "API requests/s"),
+        ],
+        "startup" => &[
+            ("finalizers_s", "all finalizers (s)"),
+            ("first_fires_s", "all first fires (s)"),
+            ("startup_s", "start-up (s)"),
+            ("objects_per_s", "objects/s (finalizers)"),
+            ("requests", "API requests"),
+        ],
+        "deletion" => &[
+            ("deletion_s", "all gone (s)"),
+            ("objects_per_s", "objects/s"),
+            ("left_objects", "objects left"),
+            ("fires_after_gone", "fires after gone"),
+            ("requests", "API requests"),
+        ],
+        "shutdown" => &[
+            ("shutdown_s", "exit after SIGTERM (s)"),
+            ("daemons_stopped", "daemons that saw the stop"),
+            ("exit_code", "exit code"),
+        ],
+        "timers-write" => &[
+            ("cores", "CPU (cores)"),
+            ("rss_mb", "steady RSS (MB)"),
+            ("fires_per_s", "fires/s"),
+            ("fires_expected_per_s", "fires/s expected"),
+            ("requests_per_s", "API requests/s"),
+            ("requests_per_fire", "API requests per fire"),
+            ("lat_p99_ms", "lateness p99 (ms)"),
+        ],
+        "inproc-timers" | "inproc-daemons" => &[
+            ("bytes_per_instance", "bytes per instance"),
+            ("cores", "CPU (cores)"),
+            ("cores_per_1000", "CPU per 1 000 (cores)"),
+            ("rss_mb", "steady RSS (MB)"),
+            ("spawn_s", "spawn all (s)"),
+            ("fires_per_s", "fires/ticks per s"),
+            ("lat_p50_ms", "lateness p50 (ms)"),
+            ("lat_p99_ms", "lateness p99 (ms)"),
+            ("lat_p999_ms", "lateness p99.9 (ms)"),
+        ],
+        _ => &[],
+    }
+}
+
+fn title(scenario: &str) -> &'static str {
+    match scenario {
+        "timers" => "1. Timers (interval 1 s, no API write)",
+        "daemons" => "2. Daemons (sleep on the stop signal, 1 s tick)",
+        "startup" => "3. Start-up (objects exist before the operator)",
+        "deletion" => "4. Mass deletion",
+        "shutdown" => "5. Shutdown with N daemons",
+        "timers-write" => "6. Timers that write their result to status",
+        "inproc-timers" => "7a. In-process scale: timers (supervisor only)",
+        "inproc-daemons" => "7b. In-process scale: daemons (supervisor only)",
+        _ => "other",
+    }
+}
+
+fn num(x: f64) -> String {
+    let a = x.abs();
+    if x == 0.0 {
+        "0".into()
+    } else if a >= 1000.0 {
+        format!("{x:.0}")
+    } else if a >= 10.0 {
+        format!("{x:.1}")
+    } else if a >= 0.1 {
+        format!("{x:.2}")
+    } else {
+        format!("{x:.4}")
+    }
+}
+
+fn cell(s: Option<Summary>) -> String {
+    s.map_or_else(
+        || "–".into(),
+        |s| {
+            if s.count > 1 {
+                format!("{} [{}–{}]", num(s.median), num(s.min), num(s.max))
+            } else {
+                num(s.median)
+            }
+        },
+    )
+}
+
+/// One target: what it says, what was measured, whether it was met.
+struct Target {
+    text: String,
+    measured: String,
+    met: Option<bool>,
+}
+
+fn med(values: &[f64]) -> Option<f64> {
+    summarize(values).map(|s| s.median)
+}
+
+fn targets(r: &Results) -> Vec<Target> {
+    let mut out = Vec::new();
+    let push = |out: &mut Vec<Target>,
+                text: String,
+                value: Option<f64>,
+                unit: &str,
+                ok: &dyn Fn(f64) -> bool| {
+        out.push(Target {
+            text,
+            measured: value.map_or_else(|| "not measured".into(), |v| format!("{}{unit}", num(v))),
+            met: value.map(ok),
+        });
+    };
+    for n in [1000, 3000] {
+        let s = "timers";
+        let cpu_py = r.ratios(s, n, "kopf-rs", "kopf-py", "cores");
+        push(
+            &mut out,
+            format!("S1 N={n}: CPU ≤ 1/10 of kopf's (per-pair ratio)"),
+            med(&cpu_py),
+            "×",
+            &|v| v <= 0.1,
+        );
+        let cpu_tokio = r.ratios(s, n, "kopf-rs", "tokio", "cores");
+        push(
+            &mut out,
+            format!("S1 N={n}: CPU ≤ 2× the bare-tokio arm"),
+            med(&cpu_tokio),
+            "×",
+            &|v| v <= 2.0,
+        );
+        let rss = r.ratios(s, n, "kopf-rs", "kopf-py", "rss_mb");
+        push(
+            &mut out,
+            format!("S1 N={n}: RSS ≤ 1/4 of kopf's"),
+            med(&rss),
+            "×",
+            &|v| v <= 0.25,
+        );
+        let p99 = r.values(s, n, "kopf-rs", "lat_p99_ms");
+        push(
+            &mut out,
+            format!("S1 N={n}: p99 lateness ≤ 10 ms"),
+            med(&p99),
+            " ms",
+            &|v| v <= 10.0,
+        );
+        let per_fire = r.pairwise(s, n, "kopf-rs", "tokio", |a, b| {
+            Some((a.get("cores")? - b.get("cores")?) / a.get("fires_per_s")? * 1e6)
+        });
+        push(
+            &mut out,
+            format!("S1 N={n}: framework CPU per fire ≤ 5 µs (kopf-rs − tokio)"),
+            med(&per_fire),
+            " µs",
+            &|v| v <= 5.0,
+        );
+    }
+    for (s, metric) in [("startup", "startup_s"), ("deletion", "deletion_s")] {
+        for (_, n) in r.groups().into_iter().filter(|(g, _)| g == s) {
+            let speedup = med(&r.ratios(s, n, "kopf-py", "kopf-rs", metric));
+            let of_raw = med(&r.ratios(s, n, "kopf-rs", "kube-loop", "objects_per_s"));
+            let met = match (speedup, of_raw) {
+                (None, None) => None,
+                (a, b) => Some(a.is_some_and(|v| v >= 4.0) || b.is_some_and(|v| v >= 0.8)),
+            };
+            out.push(Target {
+                text: format!(
+                    "S{} N={n}: ≥ 4× faster than kopf, or ≥ 80 % of the raw kube-rs loop's rate",
+                    if s == "startup" { 3 } else { 4 }
+                ),
+                measured: format!(
+                    "{}× faster than kopf; {} of the raw loop's objects/s",
+                    speedup.map_or("–".into(), num),
+                    of_raw.map_or("–".into(), |v| format!("{:.0} %", v * 100.0))
+                ),
+                met,
+            });
+        }
+    }
+    for kind in ["inproc-timers", "inproc-daemons"] {
+        for (_, n) in r.groups().into_iter().filter(|(g, _)| g == kind) {
+            let b = med(&r.values(kind, n, "kopf-rs", "bytes_per_instance"));
+            push(
+                &mut out,
+                format!("S7 {kind} N={n}: ≤ 1 KB per idle instance"),
+                b,
+                " B",
+                &|v| v <= 1024.0,
+            );
+        }
+    }
+    let cores = med(&r.values("inproc-timers", 100_000, "kopf-rs", "cores"));
+    push(
+        &mut out,
+        "S7: ≤ 0.2 cores for 100 000 timers at 1 Hz".into(),
+        cores,
+        " cores",
+        &|v| v <= 0.2,
+    );
+    let p99 = med(&r.values("inproc-timers", 100_000, "kopf-rs", "lat_p99_ms"));
+    push(
+        &mut out,
+        "S7: p99 lateness ≤ 10 ms at 100 000 timers".into(),
+        p99,
+        " ms",
+        &|v| v <= 10.0,
+    );
+    out
+}
+
+fn machine_section(r: &Results, md: &mut String) {
+    let m = &r.machine;
+    let _ = writeln!(md, "## Machine\n");
+    let _ = writeln!(md, "- date: {}", m.date);
+    let _ = writeln!(md, "- CPU: {} ({} cores visible)", m.cpu_model, m.nproc);
+    let _ = writeln!(md, "- memory: {} GB; kernel {}", m.memory_gb, m.kernel);
+    let _ = writeln!(
+        md,
+        "- {}; {}; harness and Rust arms built in `{}` mode",
+        m.rustc, m.python, m.build_profile
+    );
+    let _ = writeln!(
+        md,
+        "- kube-apiserver: {} (tools/kube-testenv, with an audit log)",
+        m.kube_apiserver
+    );
+    let loads: Vec<f64> = r
+        .trials
+        .iter()
+        .flat_map(|t| [t.load_before[0], t.load_after[0]])
+        .collect();
+    if let Some(s) = summarize(&loads) {
+        let _ = writeln!(
+            md,
+            "- 1-minute load average around the trials: median {:.2}, min {:.2}, max {:.2}. The \
+             machine is shared with other work (builds); absolute numbers are noisy, so read the \
+             medians and the per-pair ratios.",
+            s.median, s.min, s.max
+        );
+    }
+    let _ = writeln!(md);
+}
+
+/// Renders `report.md`.
+pub(crate) fn render(r: &Results) -> String {
+    let mut md = String::new();
+    let _ = writeln!(md, "# kopf-rs vs Python kopf 1.45.2: benchmark report\n");
+    let _ = writeln!(
+        md,
+        "Produced by `bench/` (see `bench/README.md` for the method). Each operator runs as its own \
+         process against the same kube-apiserver; CPU (user+sys) and RSS are read from `/proc` \
+         from outside; fire instants are stamped by the handlers themselves; API requests are \
+         counted from the API server's audit log. Arms run in turn, A B A B …, and every cell \
+         below is `median [min–max]` over the pairs; ratios are computed per pair, then \
+         summarised.\n"
+    );
+    machine_section(r, &mut md);
+    let _ = writeln!(
+        md,
+        "## Targets\n\n| target | measured (median) | result |\n|---|---|---|"
+    );
+    for t in targets(r) {
+        let result = match t.met {
+            Some(true) => "met",
+            Some(false) => "**missed**",
+            None => "not measured",
+        };
+        let _ = writeln!(md, "| {} | {} | {result} |", t.text, t.measured);
+    }
+    let _ = writeln!(md);
+    let mut last = String::new();
+    for (scenario, n) in r.groups() {
+        if scenario != last {
+            let _ = writeln!(md, "## {}\n", title(&scenario));
+            last.clone_from(&scenario);
+        }
+        group_table(r, &scenario, n, &mut md);
+    }
+    md
+}
+
+fn group_table(r: &Results, scenario: &str, n: usize, md: &mut String) {
+    let arms = r.arms(scenario, n);
+    let others: Vec<&String> = arms.iter().filter(|a| *a != "kopf-rs").collect();
+    let has_rs = arms.iter().any(|a| a == "kopf-rs");
+    let pairs = r
+        .trials
+        .iter()
+        .filter(|t| t.scenario == scenario && t.n == n)
+        .map(|t| t.pair)
+        .max();
+    let _ = writeln!(md, "### N = {n} ({} pairs)\n", pairs.map_or(0, |p| p + 1));
+    let mut header = String::from("| metric |");
+    let mut rule = String::from("|---|");
+    for a in &arms {
+        let _ = write!(header, " {a} |");
+        rule.push_str("---|");
+    }
+    if has_rs {
+        for o in &others {
+            let _ = write!(header, " kopf-rs / {o} (per pair) |");
+            rule.push_str("---|");
+        }
+    }
+    let _ = writeln!(md, "{header}\n{rule}");
+    for (metric, label) in shown(scenario) {
+        if arms
+            .iter()
+            .all(|a| r.summary(scenario, n, a, metric).is_none())
+        {
+            continue;
+        }
+        let mut row = format!("| {label} |");
+        for a in &arms {
+            let _ = write!(row, " {} |", cell(r.summary(scenario, n, a, metric)));
+        }
+        if has_rs {
+            for o in &others {
+                let _ = write!(
+                    row,
+                    " {} |",
+                    cell(summarize(&r.ratios(scenario, n, "kopf-rs", o, metric)))
+                );
+            }
+        }
+        let _ = writeln!(md, "{row}");
+    }
+    let _ = writeln!(md);
+    for t in r
+        .trials
+        .iter()
+        .filter(|t| t.scenario == scenario && t.n == n)
+    {
+        for note in t.notes.iter().chain(t.error.iter()) {
+            let _ = writeln!(md, "- note ({} pair {}): {note}", t.arm, t.pair);
+        }
+    }
+    let _ = writeln!(md);
+}
