@@ -7,6 +7,7 @@
 
 mod core;
 mod handler;
+mod operator;
 
 pub use crate::core::effects::Effect;
 pub use crate::core::handler::{Call, ErasedHandler, Invocation, MatchError, Output, Services};
@@ -21,6 +22,10 @@ pub use crate::core::resource::ResourceInfo;
 pub use crate::core::sink::{PatchError, PatchSink, PatchSinkHandle};
 pub use crate::core::supervisor::{
     BlockingPool, ShutdownReport, Stats, Supervisor, SupervisorConfig,
+};
+pub use crate::operator::{
+    EventError, Events, KindStats, LogFormat, LoggingError, Operator, OperatorBuilder,
+    OperatorError, OperatorStats, RequestStats, WatchPhase, init_logging,
 };
 pub use crate::handler::{
     BlockingSafe, DaemonKind, Data, HandlerReturn, Inject, Live, Patch, Registration, Registry,

@@ -1,0 +1,378 @@
+//! The by-value builder of an [`Operator`](super::Operator).
+
+use std::any::Any;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::Client;
+
+use super::error::OperatorError;
+use super::logging::LogFormat;
+use crate::core::handler::{ErasedHandler, Services};
+use crate::core::resource::ResourceInfo;
+use crate::handler::Registry;
+
+/// Configures an [`Operator`](super::Operator): where to connect, what to watch, which handlers
+/// to run, and the limits. Every method takes and returns the builder by value.
+///
+/// ```no_run
+/// use kopf_runtime::Operator;
+/// use std::time::Duration;
+///
+/// # async fn demo() -> Result<(), kopf_runtime::OperatorError> {
+/// Operator::builder()
+///     .namespaces(["team-a", "team-b"])
+///     .label_selector("app.kubernetes.io/managed-by=my-operator")
+///     .shutdown_timeout(Duration::from_secs(20))
+///     .health_addr(([0, 0, 0, 0], 8080).into())
+///     .run()
+///     .await
+/// # }
+/// ```
+#[must_use = "a builder does nothing until `start`, `run` or `run_until` is called"]
+pub struct OperatorBuilder {
+    pub(crate) client: Option<Client>,
+    pub(crate) kube_config: Option<kube::Config>,
+    pub(crate) handlers: BTreeMap<ResourceInfo, Vec<Arc<dyn ErasedHandler>>>,
+    pub(crate) from_inventory: bool,
+    pub(crate) namespaces: Vec<String>,
+    pub(crate) label_selector: Option<String>,
+    pub(crate) services: Services,
+    pub(crate) finalizer: String,
+    pub(crate) field_manager: String,
+    pub(crate) health_addr: Option<SocketAddr>,
+    pub(crate) shutdown_timeout: Duration,
+    pub(crate) requests_per_second: u32,
+    pub(crate) max_writes_in_flight: usize,
+    pub(crate) max_concurrent_handlers: Option<usize>,
+    pub(crate) log_format: Option<LogFormat>,
+}
+
+impl std::fmt::Debug for OperatorBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OperatorBuilder")
+            .field(
+                "resources",
+                &self
+                    .handlers
+                    .keys()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>(),
+            )
+            .field("namespaces", &self.namespaces)
+            .field("label_selector", &self.label_selector)
+            .field("finalizer", &self.finalizer)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for OperatorBuilder {
+    fn default() -> Self {
+        Self {
+            client: None,
+            kube_config: None,
+            handlers: BTreeMap::new(),
+            from_inventory: true,
+            namespaces: Vec::new(),
+            label_selector: None,
+            services: Services::default(),
+            finalizer: Self::DEFAULT_FINALIZER.to_owned(),
+            field_manager: Self::DEFAULT_FIELD_MANAGER.to_owned(),
+            health_addr: None,
+            shutdown_timeout: Self::DEFAULT_SHUTDOWN_TIMEOUT,
+            requests_per_second: Self::DEFAULT_REQUESTS_PER_SECOND,
+            max_writes_in_flight: Self::DEFAULT_WRITES_IN_FLIGHT,
+            max_concurrent_handlers: None,
+            log_format: None,
+        }
+    }
+}
+
+impl OperatorBuilder {
+    /// The finalizer used unless [`finalizer`](Self::finalizer) says otherwise.
+    pub const DEFAULT_FINALIZER: &'static str = "kopf.dev/finalizer";
+    /// The field manager named by every write unless [`field_manager`](Self::field_manager)
+    /// says otherwise.
+    pub const DEFAULT_FIELD_MANAGER: &'static str = "kopf";
+    /// How long a shutdown may take by default.
+    pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(25);
+    /// The default client-side limit on requests per second.
+    pub const DEFAULT_REQUESTS_PER_SECOND: u32 = 50;
+    /// The default limit on writes (patches, events) in flight.
+    pub const DEFAULT_WRITES_IN_FLIGHT: usize = 16;
+
+    /// Uses this client as it is. Without it, the operator builds its own client from
+    /// [`kube_config`](Self::kube_config) or from the environment (kubeconfig, or the in-cluster
+    /// service account). Only a client the operator builds itself is subject to
+    /// [`max_requests_per_second`](Self::max_requests_per_second).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// let client = kube::Client::try_default().await?;
+    /// let builder = kopf_runtime::Operator::builder().client(client);
+    /// # drop(builder); Ok(()) }
+    /// ```
+    pub fn client(mut self, client: Client) -> Self {
+        self.client = Some(client);
+        self
+    }
+
+    /// Builds the operator's client from this configuration (with the request-rate limit).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// let config = kube::Config::infer().await?;
+    /// let builder = kopf_runtime::Operator::builder().kube_config(config);
+    /// # drop(builder); Ok(()) }
+    /// ```
+    pub fn kube_config(mut self, config: kube::Config) -> Self {
+        self.kube_config = Some(config);
+        self
+    }
+
+    /// Adds a hand-written handler for `resource` (handlers made with `#[daemon]`/`#[timer]`
+    /// come from the registry). Once any handler is given this way or through a registry, the
+    /// inventory of macro-registered handlers is not used implicitly.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use kopf_runtime::*;
+    /// # struct Mine;
+    /// # static SPEC: HandlerSpec = HandlerSpec::new("mine", HandlerKind::Daemon);
+    /// # impl ErasedHandler for Mine {
+    /// #     fn spec(&self) -> &'static HandlerSpec { &SPEC }
+    /// #     fn matches(&self, _: &ObjectState) -> Result<bool, MatchError> { Ok(true) }
+    /// #     fn invoke(&self, _: Invocation) -> Result<Call, HandlerError> { Err(HandlerError::permanent("demo")) }
+    /// # }
+    /// let cm = ResourceInfo::new("", "v1", "ConfigMap", "configmaps", true);
+    /// let builder = Operator::builder().handler(cm, Arc::new(Mine));
+    /// # drop(builder);
+    /// ```
+    pub fn handler(mut self, resource: ResourceInfo, handler: Arc<dyn ErasedHandler>) -> Self {
+        self.from_inventory = false;
+        self.handlers.entry(resource).or_default().push(handler);
+        self
+    }
+
+    /// Runs the handlers of this registry (e.g. `Registry::from_inventory()?.select(&[..])?`)
+    /// instead of every handler in the inventory. May be combined with
+    /// [`handler`](Self::handler).
+    ///
+    /// ```no_run
+    /// # fn demo() -> Result<(), kopf_runtime::RegistryError> {
+    /// let registry = kopf_runtime::Registry::from_inventory()?.select(&["monitor"])?;
+    /// let builder = kopf_runtime::Operator::builder().registry(&registry);
+    /// # drop(builder); Ok(()) }
+    /// ```
+    pub fn registry(mut self, registry: &Registry) -> Self {
+        self.from_inventory = false;
+        for (resource, handlers) in registry.by_resource() {
+            self.handlers.entry(resource).or_default().extend(handlers);
+        }
+        self
+    }
+
+    /// Watches only these namespaces (default: all). Cluster-scoped resources are watched
+    /// cluster-wide regardless.
+    ///
+    /// ```
+    /// let builder = kopf_runtime::Operator::builder().namespaces(["default", "prod"]);
+    /// # drop(builder);
+    /// ```
+    pub fn namespaces<I, S>(mut self, namespaces: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.namespaces = namespaces.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Watches only objects matching this label selector (server-side). An object that stops
+    /// matching is treated as gone: its daemons and timers stop and the finalizer is removed.
+    ///
+    /// ```
+    /// let builder = kopf_runtime::Operator::builder().label_selector("tier=backend");
+    /// # drop(builder);
+    /// ```
+    pub fn label_selector(mut self, selector: impl Into<String>) -> Self {
+        self.label_selector = Some(selector.into());
+        self
+    }
+
+    /// Makes `value` available to handlers (as `Data<T>`), one value per type.
+    ///
+    /// ```
+    /// #[derive(Clone)]
+    /// struct Settings { region: String }
+    /// let builder = kopf_runtime::Operator::builder().data(Settings { region: "eu".into() });
+    /// # drop(builder);
+    /// ```
+    pub fn data<T: Any + Send + Sync>(mut self, value: T) -> Self {
+        self.services.insert(value);
+        self
+    }
+
+    /// The finalizer name (default `kopf.dev/finalizer`).
+    ///
+    /// ```
+    /// let builder = kopf_runtime::Operator::builder().finalizer("example.com/my-operator");
+    /// # drop(builder);
+    /// ```
+    pub fn finalizer(mut self, name: impl Into<String>) -> Self {
+        self.finalizer = name.into();
+        self
+    }
+
+    /// The field manager named by every write (default `kopf`).
+    ///
+    /// ```
+    /// let builder = kopf_runtime::Operator::builder().field_manager("my-operator");
+    /// # drop(builder);
+    /// ```
+    pub fn field_manager(mut self, name: impl Into<String>) -> Self {
+        self.field_manager = name.into();
+        self
+    }
+
+    /// Serves `/healthz` and `/readyz` on this address (default: no probe server). Port 0
+    /// picks a free port; see [`Operator::health_addr`](super::Operator::health_addr).
+    ///
+    /// ```
+    /// let builder = kopf_runtime::Operator::builder().health_addr(([127, 0, 0, 1], 8080).into());
+    /// # drop(builder);
+    /// ```
+    pub fn health_addr(mut self, addr: SocketAddr) -> Self {
+        self.health_addr = Some(addr);
+        self
+    }
+
+    /// How long a shutdown may take (default 25 s): daemons still running then are abandoned.
+    ///
+    /// ```
+    /// let builder = kopf_runtime::Operator::builder().shutdown_timeout(std::time::Duration::from_secs(10));
+    /// # drop(builder);
+    /// ```
+    pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
+        self.shutdown_timeout = timeout;
+        self
+    }
+
+    /// The client-side limit on requests per second (default 50, bursts of up to twice that).
+    ///
+    /// ```
+    /// let builder = kopf_runtime::Operator::builder().max_requests_per_second(20);
+    /// # drop(builder);
+    /// ```
+    pub fn max_requests_per_second(mut self, rate: u32) -> Self {
+        self.requests_per_second = rate;
+        self
+    }
+
+    /// The limit on the operator's writes in flight: patches, finalizer changes and events
+    /// (default 16).
+    ///
+    /// ```
+    /// let builder = kopf_runtime::Operator::builder().max_writes_in_flight(4);
+    /// # drop(builder);
+    /// ```
+    pub fn max_writes_in_flight(mut self, writes: usize) -> Self {
+        self.max_writes_in_flight = writes;
+        self
+    }
+
+    /// Caps the number of handler invocations running at once (default: no cap). Further
+    /// invocations wait for a free slot; a waiting invocation asked to stop returns at once.
+    ///
+    /// ```
+    /// let builder = kopf_runtime::Operator::builder().max_concurrent_handlers(100);
+    /// # drop(builder);
+    /// ```
+    pub fn max_concurrent_handlers(mut self, handlers: usize) -> Self {
+        self.max_concurrent_handlers = Some(handlers);
+        self
+    }
+
+    /// Installs a global `tracing` subscriber in this format when the operator starts (unless
+    /// one is installed already). Default: none is installed (see
+    /// [`init_logging`](crate::init_logging)).
+    ///
+    /// ```
+    /// let builder = kopf_runtime::Operator::builder().log_format(kopf_runtime::LogFormat::Json);
+    /// # drop(builder);
+    /// ```
+    pub fn log_format(mut self, format: LogFormat) -> Self {
+        self.log_format = Some(format);
+        self
+    }
+
+    /// Checks the options that cannot work.
+    pub(crate) fn validate(&self) -> Result<(), OperatorError> {
+        let invalid = |option, reason: &str| {
+            Err(OperatorError::InvalidOption {
+                option,
+                reason: reason.to_owned(),
+            })
+        };
+        if self.requests_per_second == 0 {
+            return invalid("max_requests_per_second", "must be at least 1");
+        }
+        if self.max_writes_in_flight == 0 {
+            return invalid("max_writes_in_flight", "must be at least 1");
+        }
+        if self.max_concurrent_handlers == Some(0) {
+            return invalid("max_concurrent_handlers", "must be at least 1");
+        }
+        if self.finalizer.is_empty() || !self.finalizer.contains('/') {
+            return invalid(
+                "finalizer",
+                "must be a qualified name such as `example.com/name`",
+            );
+        }
+        if self.field_manager.is_empty() || self.field_manager.len() > 128 {
+            return invalid("field_manager", "must have 1 to 128 characters");
+        }
+        if self.namespaces.iter().any(String::is_empty) {
+            return invalid("namespaces", "a namespace name is empty");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejects_options_that_cannot_work() {
+        let err = OperatorBuilder::default()
+            .max_requests_per_second(0)
+            .validate()
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid operator option `max_requests_per_second`: must be at least 1"
+        );
+        assert!(
+            OperatorBuilder::default()
+                .finalizer("plain")
+                .validate()
+                .is_err()
+        );
+        assert!(
+            OperatorBuilder::default()
+                .namespaces([""])
+                .validate()
+                .is_err()
+        );
+        assert!(
+            OperatorBuilder::default()
+                .max_concurrent_handlers(0)
+                .validate()
+                .is_err()
+        );
+        assert!(OperatorBuilder::default().validate().is_ok());
+    }
+}

@@ -1,0 +1,28 @@
+//! The operator: connects the supervisor to a Kubernetes API server. It watches every resource
+//! kind that has handlers, feeds the objects to one supervisor per kind, keeps the finalizer on
+//! objects while their daemons and timers may run, writes results and patches, posts Events, and
+//! serves health probes. Everything here is tested against a real kube-apiserver.
+
+mod api;
+mod builder;
+mod error;
+mod events;
+mod finalizer;
+mod handlers;
+mod health;
+mod kind;
+mod limits;
+mod logging;
+mod objects;
+mod patch;
+mod run;
+mod schema;
+mod signals;
+
+pub use builder::OperatorBuilder;
+pub use error::OperatorError;
+pub use events::{EventError, Events};
+pub use health::WatchPhase;
+pub use limits::RequestStats;
+pub use logging::{LogFormat, LoggingError, init_logging};
+pub use run::{KindStats, Operator, OperatorStats};

@@ -1,0 +1,428 @@
+//! The operator's state for one resource kind: the last seen finalizer state of every object,
+//! one serial work queue per object (events of one object in order, objects concurrently), and
+//! what is done for each supervisor effect.
+
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{Instrument, debug, error, info, warn};
+
+use super::api::{Failure, Writer, classify, describe, pause};
+use super::events::{EventPoster, reference};
+use super::finalizer::{self, FinalizerView, finalizer_patch};
+use super::patch::KubePatchSink;
+use crate::core::effects::Effect;
+use crate::core::object::{ObjectRef, ObjectState};
+use crate::core::resource::ResourceInfo;
+use crate::core::supervisor::Supervisor;
+
+/// What the operator last saw of one object.
+#[derive(Debug)]
+struct Record {
+    object: ObjectRef,
+    view: FinalizerView,
+    /// Deleted, or no longer listed/selected: the supervisor was told it is gone.
+    gone: bool,
+}
+
+/// One unit of work for an object, run in order with the object's other work.
+#[derive(Debug)]
+enum Job {
+    /// Make the finalizer match what the supervisor needs.
+    Sync,
+    /// Store a result under `status.<handler>` and apply a handler's patch.
+    Output {
+        object: ObjectRef,
+        handler: &'static str,
+        result: Option<Value>,
+        patch: Option<Value>,
+    },
+}
+
+/// Everything the operator keeps for one resource kind.
+pub(crate) struct KindState {
+    pub(crate) info: ResourceInfo,
+    pub(crate) supervisor: Supervisor,
+    pub(crate) writer: Writer,
+    pub(crate) sink: KubePatchSink,
+    pub(crate) events: Arc<EventPoster>,
+    pub(crate) finalizer: Arc<str>,
+    records: Mutex<HashMap<Arc<str>, Record>>,
+    queues: Mutex<HashMap<Arc<str>, VecDeque<Job>>>,
+    /// Set at shutdown: finalizers are left as they are (daemons resume after a restart).
+    frozen: AtomicBool,
+    pub(crate) stop: CancellationToken,
+    pub(crate) tasks: TaskTracker,
+}
+
+impl std::fmt::Debug for KindState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KindState")
+            .field("resource", &self.info.to_string())
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl KindState {
+    pub(crate) fn new(
+        info: ResourceInfo,
+        supervisor: Supervisor,
+        sink: KubePatchSink,
+        events: Arc<EventPoster>,
+        finalizer: Arc<str>,
+        stop: CancellationToken,
+    ) -> Self {
+        Self {
+            info,
+            supervisor,
+            writer: sink.writer.clone(),
+            sink,
+            events,
+            finalizer,
+            records: Mutex::default(),
+            queues: Mutex::default(),
+            frozen: AtomicBool::new(false),
+            stop,
+            tasks: TaskTracker::new(),
+        }
+    }
+
+    /// The number of objects the operator keeps a record of.
+    pub(crate) fn objects(&self) -> usize {
+        lock(&self.records).len()
+    }
+
+    /// From now on, finalizers are neither added nor removed.
+    pub(crate) fn freeze(&self) {
+        self.frozen.store(true, Ordering::SeqCst);
+    }
+
+    // ===== watch events =====
+
+    /// A new version of an object (from a list or a watch event). Returns its UID.
+    pub(crate) fn observe(self: &Arc<Self>, body: Value) -> Option<Arc<str>> {
+        let view = FinalizerView::from_body(&body);
+        let state = match ObjectState::from_json(body) {
+            Ok(state) => state,
+            Err(err) => {
+                error!(resource = %self.info, error = %err, "skipping an object that cannot be used");
+                return None;
+            }
+        };
+        let object = state.reference().clone();
+        let uid = object.uid.clone();
+        {
+            let mut records = lock(&self.records);
+            match records.entry(uid.clone()) {
+                Entry::Occupied(mut e) => {
+                    let r = e.get_mut();
+                    if view.is_newer_or_same(&r.view) {
+                        r.view = view;
+                    }
+                    r.gone = false;
+                }
+                Entry::Vacant(e) => {
+                    e.insert(Record {
+                        object,
+                        view,
+                        gone: false,
+                    });
+                }
+            }
+        }
+        self.supervisor.observe(state);
+        self.enqueue(uid.clone(), Job::Sync);
+        Some(uid)
+    }
+
+    /// An object was deleted (with its last state) or vanished during a relist (without).
+    pub(crate) fn forget(self: &Arc<Self>, uid: &Arc<str>, last: Option<&Value>) {
+        {
+            let mut records = lock(&self.records);
+            let Some(r) = records.get_mut(uid) else {
+                drop(records);
+                self.supervisor.gone(uid);
+                return;
+            };
+            if let Some(view) = last.map(FinalizerView::from_body)
+                && view.is_newer_or_same(&r.view)
+            {
+                r.view = view;
+            }
+            r.gone = true;
+        }
+        self.supervisor.gone(uid);
+        self.enqueue(uid.clone(), Job::Sync);
+    }
+
+    // ===== effects =====
+
+    /// Handles one effect from the supervisor.
+    pub(crate) fn effect(self: &Arc<Self>, effect: Effect) {
+        match effect {
+            Effect::Finalizer { object, .. } => self.enqueue(object.uid, Job::Sync),
+            Effect::Output {
+                object,
+                handler,
+                result,
+                patch,
+            } => {
+                let uid = object.uid.clone();
+                self.enqueue(
+                    uid,
+                    Job::Output {
+                        object,
+                        handler,
+                        result,
+                        patch,
+                    },
+                );
+            }
+            Effect::Failure {
+                object,
+                handler,
+                message,
+                fatal,
+            } => {
+                let note = if fatal {
+                    format!("handler `{handler}` failed permanently: {message}")
+                } else {
+                    format!("handler `{handler}` failed and will be retried: {message}")
+                };
+                self.warn_event(&object, "HandlerFailed", handler, note);
+            }
+            Effect::Skipped {
+                object,
+                handler,
+                message,
+            } => {
+                warn!(resource = %self.info, object = %object, uid = %object.uid, handler, error = %message,
+                    "skipping the object for this handler");
+                self.warn_event(
+                    &object,
+                    "ObjectSkipped",
+                    handler,
+                    format!("handler `{handler}` skipped the object: {message}"),
+                );
+            }
+        }
+    }
+
+    fn warn_event(
+        self: &Arc<Self>,
+        object: &ObjectRef,
+        reason: &'static str,
+        action: &'static str,
+        note: String,
+    ) {
+        let regarding = reference(&self.info, object);
+        let events = self.events.clone();
+        let stop = self.stop.clone();
+        self.tasks.spawn(async move {
+            stop.run_until_cancelled(events.warn(&regarding, reason, action, note))
+                .await;
+        });
+    }
+
+    // ===== per-object queues =====
+
+    fn enqueue(self: &Arc<Self>, uid: Arc<str>, job: Job) {
+        let mut queues = lock(&self.queues);
+        match queues.entry(uid) {
+            Entry::Occupied(mut e) => {
+                let queue = e.get_mut();
+                if !(matches!(job, Job::Sync) && matches!(queue.back(), Some(Job::Sync))) {
+                    queue.push_back(job);
+                }
+            }
+            Entry::Vacant(e) => {
+                let uid = e.key().clone();
+                e.insert(VecDeque::from([job]));
+                let this = self.clone();
+                self.tasks.spawn(async move { this.work(uid).await });
+            }
+        }
+    }
+
+    /// Runs the object's jobs one after another until its queue is empty.
+    async fn work(self: Arc<Self>, uid: Arc<str>) {
+        loop {
+            let job = {
+                let mut queues = lock(&self.queues);
+                let Some(queue) = queues.get_mut(&uid) else {
+                    return;
+                };
+                match queue.pop_front() {
+                    Some(job) => job,
+                    None => {
+                        queues.remove(&uid);
+                        return;
+                    }
+                }
+            };
+            let span = tracing::debug_span!("object", resource = %self.info, uid = %uid);
+            let run = async {
+                match job {
+                    Job::Sync => self.sync(&uid).await,
+                    Job::Output {
+                        object,
+                        handler,
+                        result,
+                        patch,
+                    } => self.output(&object, handler, result, patch).await,
+                }
+            };
+            if self
+                .stop
+                .run_until_cancelled(run.instrument(span))
+                .await
+                .is_none()
+            {
+                lock(&self.queues).remove(&uid);
+                return;
+            }
+        }
+    }
+
+    // ===== jobs =====
+
+    async fn output(
+        &self,
+        object: &ObjectRef,
+        handler: &'static str,
+        result: Option<Value>,
+        patch: Option<Value>,
+    ) {
+        let mut merged = match patch {
+            Some(Value::Object(map)) => map,
+            Some(other) => {
+                error!(object = %object, handler, "ignoring a patch that is not a JSON object: {other}");
+                Map::new()
+            }
+            None => Map::new(),
+        };
+        if let Some(result) = result {
+            let status = merged
+                .entry("status")
+                .or_insert_with(|| Value::Object(Map::new()));
+            match status {
+                Value::Object(status) => {
+                    status.insert(handler.to_owned(), result);
+                }
+                _ => *status = serde_json::json!({ handler: result }),
+            }
+        }
+        if merged.is_empty() {
+            return;
+        }
+        match self.sink.apply_now(object, Value::Object(merged)).await {
+            Ok(()) => debug!(object = %object, handler, "stored the handler's output"),
+            Err(err) if err.gone => {
+                debug!(object = %object, handler, "the object is gone; output dropped")
+            }
+            Err(err) => error!(object = %object, uid = %object.uid, handler, error = %err.message,
+                "cannot store the handler's output"),
+        }
+    }
+
+    /// What the finalizer of `uid` should be changed by, if anything.
+    fn finalizer_step(&self, uid: &Arc<str>) -> Option<(ObjectRef, Option<Value>)> {
+        let records = lock(&self.records);
+        let r = records.get(uid)?;
+        let hold = self.supervisor.holds_finalizer(uid);
+        let patch = if r.gone {
+            // Still held while instances that held it are exiting: their exit sends another Sync.
+            if hold {
+                return None;
+            }
+            finalizer_patch(&r.object.uid, &r.view, &self.finalizer, false)
+        } else {
+            finalizer_patch(&r.object.uid, &r.view, &self.finalizer, hold)
+        };
+        Some((r.object.clone(), patch))
+    }
+
+    fn set_view(&self, uid: &Arc<str>, view: FinalizerView) {
+        if let Some(r) = lock(&self.records).get_mut(uid)
+            && view.is_newer_or_same(&r.view)
+        {
+            r.view = view;
+        }
+    }
+
+    fn drop_record(&self, uid: &Arc<str>) {
+        lock(&self.records).remove(uid);
+    }
+
+    /// Makes the object's finalizer match the supervisor's need, with guarded patches; re-reads
+    /// the object and tries again when a guard fails.
+    async fn sync(&self, uid: &Arc<str>) {
+        let mut delays = self.writer.retry.delays();
+        loop {
+            if self.frozen.load(Ordering::SeqCst) {
+                return;
+            }
+            let Some((object, patch)) = self.finalizer_step(uid) else {
+                return;
+            };
+            let Some(patch) = patch else {
+                if lock(&self.records).get(uid).is_some_and(|r| r.gone) {
+                    self.drop_record(uid);
+                }
+                return;
+            };
+            let err = match finalizer::send(&self.writer, &object, patch).await {
+                Ok(updated) => {
+                    let view = FinalizerView::from_object(&updated);
+                    info!(object = %object, uid = %object.uid, finalizer = %self.finalizer,
+                        present = view.has(&self.finalizer), "finalizer updated");
+                    self.set_view(uid, view);
+                    continue;
+                }
+                Err(err) => err,
+            };
+            let min = match classify(&err) {
+                Failure::NotFound => {
+                    self.object_vanished(uid);
+                    return;
+                }
+                Failure::Conflict | Failure::Invalid => match self.writer.read(&object).await {
+                    Ok(Some(fresh)) => {
+                        self.set_view(uid, FinalizerView::from_object(&fresh));
+                        continue;
+                    }
+                    Ok(None) => {
+                        self.object_vanished(uid);
+                        return;
+                    }
+                    Err(_) => None,
+                },
+                Failure::Transient(after) => after,
+                Failure::Forbidden | Failure::Fatal => {
+                    error!(object = %object, uid = %object.uid, error = %describe(&err), "cannot update the finalizer");
+                    return;
+                }
+            };
+            if !pause(&mut delays, min).await {
+                error!(object = %object, uid = %object.uid, error = %describe(&err),
+                    "cannot update the finalizer; giving up until the object changes again");
+                return;
+            }
+        }
+    }
+
+    /// The object no longer exists (404 or another UID under its name).
+    fn object_vanished(&self, uid: &Arc<str>) {
+        self.drop_record(uid);
+        self.supervisor.gone(uid);
+    }
+}

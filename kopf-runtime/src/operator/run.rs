@@ -1,0 +1,363 @@
+//! Starting, running and stopping an operator.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::Client;
+use tokio::sync::Semaphore;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use super::api::{RetrySettings, Writer, api_resource};
+use super::builder::OperatorBuilder;
+use super::error::OperatorError;
+use super::events::EventPoster;
+use super::handlers::Capped;
+use super::health::{self, Health, KindHealth, WatchPhase};
+use super::kind::{self, Scope};
+use super::limits::{RateLimitLayer, RateLimiter, RequestStats};
+use super::logging::init_logging;
+use super::objects::KindState;
+use super::patch::{KubePatchSink, StatusMode};
+use crate::core::handler::ErasedHandler;
+use crate::core::resource::ResourceInfo;
+use crate::core::sink::PatchSinkHandle;
+use crate::core::supervisor::{Stats, Supervisor, SupervisorConfig};
+use crate::handler::Registry;
+
+/// A running operator: watches, supervises and writes until [`shutdown`](Self::shutdown).
+/// Build one with [`Operator::builder`].
+///
+/// ```no_run
+/// use kopf_runtime::Operator;
+///
+/// # async fn demo() -> Result<(), kopf_runtime::OperatorError> {
+/// let operator = Operator::builder().namespaces(["default"]).start().await?;
+/// println!("{:?}", operator.stats());
+/// operator.shutdown().await;
+/// # Ok(()) }
+/// ```
+pub struct Operator {
+    kinds: Vec<(Arc<KindState>, Arc<KindHealth>)>,
+    health: Arc<Health>,
+    limiter: Option<Arc<RateLimiter>>,
+    watch_stop: CancellationToken,
+    probe_stop: CancellationToken,
+    watches: Vec<JoinHandle<()>>,
+    health_addr: Option<SocketAddr>,
+    shutdown_timeout: Duration,
+}
+
+impl std::fmt::Debug for Operator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Operator")
+            .field("health_addr", &self.health_addr)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A snapshot of one resource kind's state.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct KindStats {
+    /// The resource kind.
+    pub resource: ResourceInfo,
+    /// Where its watch is.
+    pub phase: WatchPhase,
+    /// Objects the operator keeps a record of.
+    pub objects: usize,
+    /// The supervisor's counters.
+    pub supervisor: Stats,
+}
+
+/// A snapshot of the operator's state, from [`Operator::stats`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct OperatorStats {
+    /// Requests sent by the operator's own client (`None` when a client was given to the
+    /// builder, which the operator does not instrument).
+    pub requests: Option<RequestStats>,
+    /// One entry per watched resource kind.
+    pub kinds: Vec<KindStats>,
+}
+
+impl Operator {
+    /// A builder with the defaults: handlers from the inventory, all namespaces, the client from
+    /// the environment.
+    ///
+    /// ```
+    /// let builder = kopf_runtime::Operator::builder();
+    /// # drop(builder);
+    /// ```
+    pub fn builder() -> OperatorBuilder {
+        OperatorBuilder::default()
+    }
+
+    /// The address of the health probe server, if one was configured.
+    #[must_use]
+    pub fn health_addr(&self) -> Option<SocketAddr> {
+        self.health_addr
+    }
+
+    /// Whether every resource kind has completed its initial list (what `/readyz` reports).
+    #[must_use]
+    pub fn is_ready(&self) -> bool {
+        self.health.ready().is_ok()
+    }
+
+    /// Counters of requests and per-kind state.
+    #[must_use]
+    pub fn stats(&self) -> OperatorStats {
+        OperatorStats {
+            requests: self.limiter.as_ref().map(|l| l.stats()),
+            kinds: self
+                .kinds
+                .iter()
+                .map(|(state, health)| KindStats {
+                    resource: state.info.clone(),
+                    phase: health.phase(),
+                    objects: state.objects(),
+                    supervisor: state.supervisor.stats(),
+                })
+                .collect(),
+        }
+    }
+
+    /// Stops the operator: stops watching, stops every daemon and timer with "operator exiting"
+    /// through its stop ladder (abandoning those still running after the shutdown timeout), and
+    /// leaves the finalizers on the objects so that their daemons resume after a restart.
+    ///
+    /// # Cancellation safety
+    /// Not cancel safe: dropping the future leaves the operator partly stopped.
+    pub async fn shutdown(self) {
+        let deadline = tokio::time::Instant::now() + self.shutdown_timeout;
+        info!("the operator is shutting down");
+        self.watch_stop.cancel();
+        for (state, health) in &self.kinds {
+            state.freeze();
+            health.set_phase(WatchPhase::Stopped);
+        }
+        let supervisors = self
+            .kinds
+            .iter()
+            .map(|(state, _)| state.supervisor.shutdown());
+        let reports = futures::future::join_all(supervisors);
+        if tokio::time::timeout_at(deadline, reports).await.is_err() {
+            warn!("the supervisors did not finish within the shutdown timeout");
+        }
+        // Let pending writes of final results finish, within the deadline.
+        for (state, _) in &self.kinds {
+            state.tasks.close();
+            if tokio::time::timeout_at(deadline, state.tasks.wait())
+                .await
+                .is_err()
+            {
+                warn!(resource = %state.info, "pending writes did not finish within the shutdown timeout");
+            }
+            state.stop.cancel();
+        }
+        for watch in self.watches {
+            watch.abort();
+        }
+        self.probe_stop.cancel();
+        info!("the operator has stopped");
+    }
+}
+
+impl OperatorBuilder {
+    /// Starts the operator in the background and returns its handle.
+    ///
+    /// # Errors
+    /// [`OperatorError`] if the configuration is invalid, no client can be built, the registry
+    /// is invalid or empty, or the health probe address cannot be bound. Problems with single
+    /// resource kinds (a missing CRD, a forbidden list) are not errors: they are logged and the
+    /// kind is retried while the others are served.
+    ///
+    /// # Cancellation safety
+    /// Dropping the future before it completes leaves nothing running.
+    pub async fn start(mut self) -> Result<Operator, OperatorError> {
+        self.validate()?;
+        if let Some(format) = self.log_format {
+            let _already_installed = init_logging(format);
+        }
+        let handlers = self.take_handlers()?;
+        let (client, limiter) = self.make_client().await?;
+        let writes = Arc::new(Semaphore::new(self.max_writes_in_flight));
+        let cap = self
+            .max_concurrent_handlers
+            .map(|n| Arc::new(Semaphore::new(n)));
+        let mut services = self.services.clone();
+        services.insert(client.clone());
+        services.insert(EventPoster::new(
+            client.clone(),
+            self.field_manager.clone(),
+            writes.clone(),
+        ));
+        let poster = services
+            .get::<EventPoster>()
+            .expect("the event poster was just inserted");
+
+        let watch_stop = CancellationToken::new();
+        let mut kinds = Vec::new();
+        let mut watches = Vec::new();
+        for (info, handlers) in handlers {
+            let ids: Vec<&'static str> = handlers.iter().map(|h| h.spec().id).collect();
+            let handlers = match &cap {
+                Some(cap) => handlers
+                    .into_iter()
+                    .map(|h| Capped::wrap(h, cap.clone()))
+                    .collect(),
+                None => handlers,
+            };
+            let writer = Writer {
+                client: client.clone(),
+                resource: Arc::new(api_resource(&info)),
+                info: info.clone(),
+                field_manager: self.field_manager.as_str().into(),
+                writes: writes.clone(),
+                retry: RetrySettings::default(),
+            };
+            let sink = KubePatchSink {
+                writer,
+                status: Arc::new(StatusMode::default()),
+            };
+            let mut kind_services = services.clone();
+            kind_services.insert(PatchSinkHandle(Arc::new(sink.clone())));
+            let config = SupervisorConfig {
+                shutdown_timeout: self.shutdown_timeout.saturating_sub(Duration::from_secs(1)),
+                finalizer: self.finalizer.clone().into(),
+                ..SupervisorConfig::default()
+            };
+            let (supervisor, mut effects) = Supervisor::new(handlers, kind_services, config);
+            let state = Arc::new(KindState::new(
+                info.clone(),
+                supervisor,
+                sink,
+                poster.clone(),
+                self.finalizer.as_str().into(),
+                CancellationToken::new(),
+            ));
+            let streams = if info.namespaced && !self.namespaces.is_empty() {
+                self.namespaces.len()
+            } else {
+                1
+            };
+            let kind_health = Arc::new(KindHealth::new(info.to_string(), streams));
+            let scope = Scope {
+                namespaces: self.namespaces.clone(),
+                label_selector: self.label_selector.clone(),
+            };
+            let effects_state = state.clone();
+            let effects_stop = state.stop.clone();
+            tokio::spawn(async move {
+                while let Some(Some(effect)) =
+                    effects_stop.run_until_cancelled(effects.recv()).await
+                {
+                    effects_state.effect(effect);
+                }
+            });
+            let (s, h, stop) = (state.clone(), kind_health.clone(), watch_stop.clone());
+            watches.push(tokio::spawn(kind::serve(s, scope, h, ids, stop)));
+            kinds.push((state, kind_health));
+        }
+        let health = Arc::new(Health {
+            kinds: kinds.iter().map(|(_, h)| h.clone()).collect(),
+        });
+        let probe_stop = CancellationToken::new();
+        let health_addr = match self.health_addr {
+            Some(addr) => Some(
+                health::serve(addr, health.clone(), probe_stop.clone())
+                    .await
+                    .map_err(|source| OperatorError::Health { addr, source })?,
+            ),
+            None => None,
+        };
+        info!(resources = kinds.len(), namespaces = ?self.namespaces, "the operator has started");
+        Ok(Operator {
+            kinds,
+            health,
+            limiter,
+            watch_stop,
+            probe_stop,
+            watches,
+            health_addr,
+            shutdown_timeout: self.shutdown_timeout,
+        })
+    }
+
+    /// Runs the operator until `stop` completes, then shuts it down.
+    ///
+    /// # Errors
+    /// As [`start`](Self::start).
+    ///
+    /// # Cancellation safety
+    /// Not cancel safe: dropping the future while the operator runs leaves its tasks running.
+    pub async fn run_until(self, stop: impl Future<Output = ()>) -> Result<(), OperatorError> {
+        let operator = self.start().await?;
+        stop.await;
+        operator.shutdown().await;
+        Ok(())
+    }
+
+    /// Runs the operator until SIGINT or SIGTERM, then shuts it down gracefully (within the
+    /// shutdown timeout); a second signal exits the process at once with code 1.
+    ///
+    /// # Errors
+    /// As [`start`](Self::start), and [`OperatorError::Signal`] if the signal handlers cannot be
+    /// installed.
+    ///
+    /// # Cancellation safety
+    /// Not cancel safe: dropping the future while the operator runs leaves its tasks running.
+    pub async fn run(self) -> Result<(), OperatorError> {
+        let mut signals = super::signals::Signals::new().map_err(OperatorError::Signal)?;
+        let operator = self.start().await?;
+        let name = signals.next().await;
+        info!(
+            signal = name,
+            "received a signal; stopping (send another one to exit at once)"
+        );
+        tokio::spawn(async move {
+            let name = signals.next().await;
+            error!(signal = name, "received a second signal; exiting at once");
+            std::process::exit(1);
+        });
+        operator.shutdown().await;
+        Ok(())
+    }
+
+    fn take_handlers(
+        &mut self,
+    ) -> Result<BTreeMap<ResourceInfo, Vec<Arc<dyn ErasedHandler>>>, OperatorError> {
+        let mut handlers = std::mem::take(&mut self.handlers);
+        if self.from_inventory {
+            let registry = Registry::from_inventory().map_err(OperatorError::Registry)?;
+            handlers = registry.by_resource();
+        }
+        handlers.retain(|_, hs| !hs.is_empty());
+        if handlers.is_empty() {
+            return Err(OperatorError::NoHandlers);
+        }
+        Ok(handlers)
+    }
+
+    async fn make_client(&mut self) -> Result<(Client, Option<Arc<RateLimiter>>), OperatorError> {
+        if let Some(client) = self.client.take() {
+            return Ok((client, None));
+        }
+        let config = match self.kube_config.take() {
+            Some(config) => config,
+            None => kube::Config::infer().await.map_err(OperatorError::Config)?,
+        };
+        let rate = f64::from(self.requests_per_second);
+        let limiter = Arc::new(RateLimiter::new(rate, (rate * 2.0).max(1.0)));
+        let client = kube::client::ClientBuilder::try_from(config)
+            .map_err(OperatorError::Client)?
+            .with_layer(&RateLimitLayer(limiter.clone()))
+            .build();
+        Ok((client, Some(limiter)))
+    }
+}

@@ -1,0 +1,132 @@
+//! The end-to-end path against a real API server: watch → supervisor → finalizer → results in
+//! status → deletion → shutdown.
+
+mod operator_common;
+
+use std::sync::Arc;
+
+use kopf_examples::crd::KopfExample;
+use kopf_runtime::{Data, Stopper, daemon, timer};
+use operator_common::*;
+
+#[daemon(id = "lifecycle-daemon")]
+async fn lifecycle_daemon(obj: Arc<KopfExample>, stopper: Stopper, journal: Data<Journal>) {
+    let name = obj.metadata.name.clone().unwrap_or_default();
+    journal.record(&name, "started");
+    stopper.stopped().await;
+    journal.record(&name, format!("stopped: {:?}", stopper.reason()));
+}
+
+#[timer(id = "lifecycle-timer", interval = "1s")]
+async fn lifecycle_timer(
+    obj: Arc<KopfExample>,
+    journal: Data<Journal>,
+) -> Result<String, std::io::Error> {
+    let name = obj.metadata.name.clone().unwrap_or_default();
+    journal.record(&name, "tick");
+    Ok(format!(
+        "seen {}",
+        obj.spec.field.clone().unwrap_or_default()
+    ))
+}
+
+#[timer(id = "lifecycle-nofinalizer", interval = "1s", finalizer = false)]
+async fn lifecycle_nofinalizer(
+    obj: Arc<KopfExample>,
+    journal: Data<Journal>,
+) -> Result<u32, std::io::Error> {
+    let name = obj.metadata.name.clone().unwrap_or_default();
+    journal.record(&name, "tick");
+    Ok(1)
+}
+
+#[tokio::test]
+async fn daemon_starts_on_create_holds_the_finalizer_and_stops_on_delete() -> anyhow::Result<()> {
+    let (ns, api) = example_namespace().await?;
+    let journal = Journal::default();
+    let op = operator(&ns, &["lifecycle-daemon"])
+        .await?
+        .data(journal.clone())
+        .start()
+        .await?;
+
+    create(&api, "one", "a").await?;
+    journal.wait_for("one", "started", 1).await;
+    wait_finalizer(&api, "one", true).await;
+
+    delete(&api, "one").await?;
+    wait_gone(&api, "one").await;
+    assert_eq!(
+        journal.of("one"),
+        ["started", "stopped: StopReason(RESOURCE_DELETED)"]
+    );
+
+    op.shutdown().await;
+    ns.cleanup().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn timer_writes_its_result_to_status() -> anyhow::Result<()> {
+    let (ns, api) = example_namespace().await?;
+    let journal = Journal::default();
+    let op = operator(&ns, &["lifecycle-timer"])
+        .await?
+        .data(journal.clone())
+        .start()
+        .await?;
+
+    create(&api, "ticking", "x").await?;
+    journal.wait_for("ticking", "tick", 2).await;
+    kopf_tests::wait_until("the result in status", PROMPTLY, || async {
+        let obj = api.get("ticking").await.ok();
+        let status = obj
+            .and_then(|o| serde_json::to_value(o.status).ok())
+            .unwrap_or_default();
+        status.get("lifecycle-timer") == Some(&serde_json::json!("seen x"))
+    })
+    .await;
+    wait_finalizer(&api, "ticking", true).await;
+
+    op.shutdown().await;
+    // Finalizers stay at shutdown (daemons and timers resume after a restart).
+    assert!(
+        finalizers(&api, "ticking")
+            .await
+            .contains(&FINALIZER.to_owned())
+    );
+    ns.cleanup().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn handlers_without_finalizer_never_hold_deletion() -> anyhow::Result<()> {
+    let (ns, api) = example_namespace().await?;
+    let journal = Journal::default();
+    let op = operator(&ns, &["lifecycle-nofinalizer"])
+        .await?
+        .data(journal.clone())
+        .start()
+        .await?;
+
+    create(&api, "free", "a").await?;
+    journal.wait_for("free", "tick", 1).await;
+    // The object's writes are applied in order: once the timer's result is in status, the
+    // operator has also decided about the finalizer (positive control of the window).
+    kopf_tests::wait_until("the result in status", PROMPTLY, || async {
+        let status = api
+            .get("free")
+            .await
+            .ok()
+            .and_then(|o| serde_json::to_value(o.status).ok());
+        status.unwrap_or_default().get("lifecycle-nofinalizer") == Some(&serde_json::json!(1))
+    })
+    .await;
+    assert!(finalizers(&api, "free").await.is_empty());
+    delete(&api, "free").await?;
+    wait_gone(&api, "free").await;
+
+    op.shutdown().await;
+    ns.cleanup().await?;
+    Ok(())
+}
