@@ -130,3 +130,89 @@ async fn handlers_without_finalizer_never_hold_deletion() -> anyhow::Result<()> 
     ns.cleanup().await?;
     Ok(())
 }
+
+#[tokio::test]
+async fn daemon_starts_for_objects_that_exist_before_the_operator() -> anyhow::Result<()> {
+    let (ns, api) = example_namespace().await?;
+    create(&api, "early", "a").await?;
+    let journal = Journal::default();
+    let op = operator(&ns, &["lifecycle-daemon"])
+        .await?
+        .data(journal.clone())
+        .start()
+        .await?;
+
+    journal.wait_for("early", "started", 1).await;
+    wait_finalizer(&api, "early", true).await;
+    assert!(op.is_ready());
+
+    op.shutdown().await;
+    journal
+        .wait_for("early", "stopped: StopReason(OPERATOR_EXITING)", 1)
+        .await;
+    assert_eq!(journal.count("early", "started"), 1);
+    ns.cleanup().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn objects_already_deleting_at_start_are_finalized_without_starting_daemons()
+-> anyhow::Result<()> {
+    let (ns, api) = example_namespace().await?;
+    // A leftover of a previous run: our finalizer and another controller's, deletion requested.
+    create_with(&api, "doomed", &[FINALIZER, OTHER], &[]).await?;
+    delete(&api, "doomed").await?;
+    create(&api, "alive", "a").await?;
+    let journal = Journal::default();
+    let op = operator(&ns, &["lifecycle-daemon"])
+        .await?
+        .data(journal.clone())
+        .start()
+        .await?;
+
+    journal.wait_for("alive", "started", 1).await; // positive control: the operator runs
+    wait_until_finalizers(&api, "doomed", &[OTHER]).await;
+    assert!(
+        journal.of("doomed").is_empty(),
+        "{:?}",
+        journal.of("doomed")
+    );
+
+    op.shutdown().await;
+    ns.cleanup().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn other_controllers_finalizers_are_never_dropped() -> anyhow::Result<()> {
+    let (ns, api) = example_namespace().await?;
+    let journal = Journal::default();
+    let op = operator(&ns, &["lifecycle-daemon"])
+        .await?
+        .data(journal.clone())
+        .start()
+        .await?;
+
+    create_with(&api, "shared", &[OTHER], &[]).await?;
+    wait_until_finalizers(&api, "shared", &[OTHER, FINALIZER]).await;
+    delete(&api, "shared").await?;
+    journal
+        .wait_for("shared", "stopped: StopReason(RESOURCE_DELETED)", 1)
+        .await;
+    wait_until_finalizers(&api, "shared", &[OTHER]).await;
+
+    op.shutdown().await;
+    ns.cleanup().await?;
+    Ok(())
+}
+
+const OTHER: &str = "example.com/other-controller";
+
+async fn wait_until_finalizers(api: &kube::Api<KopfExample>, name: &str, expected: &[&str]) {
+    kopf_tests::wait_until(
+        format!("{name} to have finalizers {expected:?}"),
+        PROMPTLY,
+        || async { finalizers(api, name).await == expected },
+    )
+    .await;
+}

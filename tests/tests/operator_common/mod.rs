@@ -3,7 +3,7 @@
 #![allow(dead_code, unreachable_pub)] // each test binary uses a different subset
 
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use kopf_examples::crd::{KopfExample, KopfExampleSpec};
 use kopf_runtime::{Operator, OperatorBuilder, Registry};
@@ -16,26 +16,41 @@ pub const PROMPTLY: Duration = Duration::from_secs(30);
 /// The operator's finalizer in these tests.
 pub const FINALIZER: &str = "kopf.dev/finalizer";
 
-/// What the test handlers did, in order: `(object name, event)`.
+/// What the test handlers did, in order: `(object name, event, when)`.
 #[derive(Debug, Clone, Default)]
-pub struct Journal(Arc<Mutex<Vec<(String, String)>>>);
+pub struct Journal(Arc<Mutex<Vec<(String, String, Instant)>>>);
 
 impl Journal {
     /// Records an event of an object.
     pub fn record(&self, name: &str, event: impl Into<String>) {
+        let entry = (name.to_owned(), event.into(), Instant::now());
         self.0
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .push((name.to_owned(), event.into()));
+            .push(entry);
+    }
+
+    /// The events of one object with their instants, in order.
+    pub fn timed(&self, name: &str) -> Vec<(String, Instant)> {
+        let entries = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        entries
+            .iter()
+            .filter(|(n, _, _)| n == name)
+            .map(|(_, e, t)| (e.clone(), *t))
+            .collect()
     }
 
     /// The events of one object, in order.
     pub fn of(&self, name: &str) -> Vec<String> {
-        let entries = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        entries
-            .iter()
-            .filter(|(n, _)| n == name)
-            .map(|(_, e)| e.clone())
+        self.timed(name).into_iter().map(|(e, _)| e).collect()
+    }
+
+    /// The instants of `event` of `name`.
+    pub fn instants(&self, name: &str, event: &str) -> Vec<Instant> {
+        self.timed(name)
+            .into_iter()
+            .filter(|(e, _)| e == event)
+            .map(|(_, t)| t)
             .collect()
     }
 
@@ -44,12 +59,13 @@ impl Journal {
         self.of(name).iter().filter(|e| *e == event).count()
     }
 
-    /// Every entry.
+    /// Every `(name, event)`.
     pub fn all(&self) -> Vec<(String, String)> {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        let entries = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        entries
+            .iter()
+            .map(|(n, e, _)| (n.clone(), e.clone()))
+            .collect()
     }
 
     /// Waits until `name` has had `event` at least `times` times.
@@ -79,6 +95,65 @@ pub async fn operator(ns: &TestNamespace, ids: &[&str]) -> anyhow::Result<Operat
         .namespaces([ns.name()])
         .registry(&registry)
         .shutdown_timeout(Duration::from_secs(10)))
+}
+
+/// Creates an example object with extra finalizers and labels.
+pub async fn create_with(
+    api: &Api<KopfExample>,
+    name: &str,
+    finalizers: &[&str],
+    labels: &[(&str, &str)],
+) -> anyhow::Result<KopfExample> {
+    let spec = KopfExampleSpec {
+        field: Some("x".to_owned()),
+        ..KopfExampleSpec::default()
+    };
+    let mut obj = KopfExample::new(name, spec);
+    if !finalizers.is_empty() {
+        obj.metadata.finalizers = Some(finalizers.iter().map(|f| (*f).to_owned()).collect());
+    }
+    if !labels.is_empty() {
+        obj.metadata.labels = Some(
+            labels
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        );
+    }
+    Ok(api.create(&PostParams::default(), &obj).await?)
+}
+
+/// Sets (or with `None` removes) a label of the object.
+pub async fn set_label(
+    api: &Api<KopfExample>,
+    name: &str,
+    key: &str,
+    value: Option<&str>,
+) -> anyhow::Result<()> {
+    let patch = serde_json::json!({"metadata": {"labels": {key: value}}});
+    api.patch(
+        name,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+/// The object's `status` as JSON (`null` if absent or the object is gone).
+pub async fn status(api: &Api<KopfExample>, name: &str) -> serde_json::Value {
+    let obj = api.get_opt(name).await.ok().flatten();
+    obj.and_then(|o| serde_json::to_value(o.status).ok())
+        .unwrap_or_default()
+}
+
+/// Waits until `status.<key>` equals `value`.
+pub async fn wait_status(api: &Api<KopfExample>, name: &str, key: &str, value: serde_json::Value) {
+    let what = format!("{name}: status.{key} == {value}");
+    wait_until(what, PROMPTLY, || async {
+        status(api, name).await.get(key) == Some(&value)
+    })
+    .await;
 }
 
 /// Creates an example object.
