@@ -1,0 +1,189 @@
+//! Operator exit: stop everything with OPERATOR_EXITING, wait for the ladders up to the
+//! shutdown timeout, abandon the rest, and report.
+
+mod common;
+
+use common::*;
+use kopf_runtime::{ObjectRef, ShutdownReport, StopReason, SupervisorConfig};
+
+fn coop() -> H {
+    daemon("coop").run(|ctx| async move {
+        ctx.until_stopped().await;
+        ok()
+    })
+}
+
+fn stubborn(backoff: Option<u64>) -> H {
+    daemon("stub")
+        .with(move |s| {
+            (s.cancellation_backoff, s.cancellation_timeout) = (backoff.map(secs), Some(secs(1)))
+        })
+        .run(|ctx| async move {
+            let _note = ctx.on_drop("dropped");
+            std::future::pending::<()>().await;
+            ok()
+        })
+}
+
+fn stuck(gate: &Gate) -> H {
+    let gate = gate.clone();
+    daemon("stuck").run_blocking(move |_| {
+        gate.wait();
+        ok()
+    })
+}
+
+fn r(uid: &str) -> ObjectRef {
+    Obj::new(uid).build().reference().clone()
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_report_says_what_exited_was_cancelled_or_abandoned() {
+    let gate = Gate::default();
+    let tick = timer("tick").with(|s| s.schedule.interval = Some(secs(10)));
+    let h = Harness::new(vec![coop(), stubborn(None), stuck(&gate), tick]);
+    h.observe(&Obj::new("u1"));
+    h.at(1000).await;
+    let report = h.sup.shutdown().await;
+    assert_eq!(h.now(), 26_000, "the default shutdown timeout is 25 s");
+    let expected = ShutdownReport {
+        exited: vec![(r("u1"), "coop"), (r("u1"), "tick")],
+        cancelled: vec![(r("u1"), "stub")],
+        abandoned: vec![(r("u1"), "stuck")],
+    };
+    assert_eq!(report, expected);
+    let flag = h.log.stopper("stuck", 0).reason();
+    assert!(
+        flag.contains(StopReason::OPERATOR_EXITING | StopReason::ABANDONED),
+        "{flag}"
+    );
+    assert_eq!(
+        h.log.events("coop")[1],
+        (1000, "stopped: operator exiting".into())
+    );
+    assert_eq!(
+        h.finalizer("u1"),
+        vec![(0, true)],
+        "exiting keeps finalizers of matching objects"
+    );
+    assert!(h.sup.holds_finalizer("u1"));
+    // Nothing starts afterwards, and asking again gives the same report at once.
+    h.observe(&Obj::new("u2"));
+    h.at(30_000).await;
+    assert_eq!(h.log.all().iter().filter(|r| r.uid == "u2").count(), 0);
+    assert_eq!(h.sup.shutdown().await, expected);
+    assert_eq!(h.now(), 30_000);
+    let s = h.stats();
+    assert_eq!(
+        (
+            s.daemons_abandoned,
+            s.daemons_running,
+            s.daemons_stopping,
+            s.threads
+        ),
+        (1, 0, 0, 1)
+    );
+    gate.open();
+    h.settle(|h| h.stats().threads == 0).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_returns_as_soon_as_everything_has_exited() {
+    let h = Harness::new(vec![coop(), stubborn(Some(3))]);
+    h.observe(&Obj::new("u1"));
+    h.observe(&Obj::new("u2"));
+    h.at(1000).await;
+    let report = h.sup.shutdown().await;
+    assert_eq!(
+        h.now(),
+        4000,
+        "the stubborn daemons are cancelled after their 3 s backoff"
+    );
+    assert_eq!(report.exited, vec![(r("u1"), "coop"), (r("u2"), "coop")]);
+    assert_eq!(report.cancelled, vec![(r("u1"), "stub"), (r("u2"), "stub")]);
+    assert!(report.abandoned.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_nothing_running_shutdown_returns_at_once() {
+    let h = Harness::new(vec![coop()]);
+    h.at(1000).await;
+    assert_eq!(h.sup.shutdown().await, ShutdownReport::default());
+    assert_eq!(h.now(), 1000);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_shutdown_timeout_is_configurable() {
+    let gate = Gate::default();
+    let config = SupervisorConfig {
+        shutdown_timeout: secs(5),
+        ..config()
+    };
+    let h = Harness::with_config(vec![stuck(&gate)], config);
+    h.observe(&Obj::new("u1"));
+    h.at(1000).await;
+    let report = h.sup.shutdown().await;
+    assert_eq!(h.now(), 6000);
+    assert_eq!(report.abandoned, vec![(r("u1"), "stuck")]);
+    gate.open();
+    h.settle(|h| h.stats().threads == 0).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_second_request_skips_the_grace_period() {
+    let gate = Gate::default();
+    let h = Harness::new(vec![stuck(&gate), coop()]);
+    h.observe(&Obj::new("u1"));
+    h.at(1000).await;
+    let sup = h.sup.clone();
+    let clock = h.log.clone();
+    let first = tokio::spawn(async move {
+        let report = sup.shutdown().await;
+        (clock.now(), report)
+    });
+    h.at(2000).await;
+    let second = h.sup.shutdown().await;
+    assert_eq!(h.now(), 2000);
+    let (first_at, first_report) = first.await.unwrap();
+    assert_eq!(first_at, 2000);
+    assert_eq!(first_report, second);
+    assert_eq!(second.abandoned, vec![(r("u1"), "stuck")]);
+    assert_eq!(second.exited, vec![(r("u1"), "coop")]);
+    gate.open();
+    h.settle(|h| h.stats().threads == 0).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dropped_shutdown_is_completed_by_the_next_call_without_grace() {
+    let gate = Gate::default();
+    let h = Harness::new(vec![stuck(&gate)]);
+    h.observe(&Obj::new("u1"));
+    h.at(1000).await;
+    let timed_out = tokio::time::timeout(secs(2), h.sup.shutdown()).await;
+    assert!(timed_out.is_err());
+    h.observe(&Obj::new("u2")); // begun: nothing starts
+    let report = h.sup.shutdown().await;
+    assert_eq!(h.now(), 3000);
+    assert_eq!(report.abandoned, vec![(r("u1"), "stuck")]);
+    assert!(h.log.calls("stuck").iter().all(|&(at, _)| at == 0));
+    gate.open();
+    h.settle(|h| h.stats().threads == 0).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn abandoning_at_the_deadline_releases_a_deleting_objects_finalizer() {
+    let gate = Gate::default();
+    let h = Harness::new(vec![stuck(&gate)]);
+    h.observe(&Obj::new("u1"));
+    h.at(500).await;
+    h.observe(&Obj::new("u1").deleting());
+    h.at(1000).await;
+    let report = h.sup.shutdown().await;
+    assert_eq!(report.abandoned, vec![(r("u1"), "stuck")]);
+    assert_eq!(h.now(), 26_000);
+    h.spin().await;
+    assert_eq!(h.finalizer("u1"), vec![(0, true), (26_000, false)]);
+    gate.open();
+    h.settle(|h| h.stats().threads == 0).await;
+    assert_eq!(h.stats().objects, 1, "deleting, not gone: still tracked");
+}
