@@ -35,6 +35,7 @@
 mod client;
 mod crd;
 mod namespace;
+pub mod proxy;
 mod testenv;
 mod wait;
 
