@@ -20,7 +20,8 @@ kt_alive() {
   local dir=$1 name=$2 pid state
   pid=$(cat "$dir/$name.pid" 2>/dev/null) || return 1
   [[ $pid =~ ^[0-9]+$ ]] || return 1
-  state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) || return 1
+  state=$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | awk '{print $1}')
+  [ -n "$state" ] || return 1
   [ "$state" != Z ] || return 1
   tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$dir/" || return 1
 }
@@ -78,7 +79,9 @@ kt_curl() {
   local dir=$1 path=$2
   # shellcheck disable=SC1091
   . "$dir/env"
-  curl -sf --max-time 5 --cacert "$dir/pki/ca.crt" -H "Authorization: Bearer $ADMIN_TOKEN" \
+  # The token goes in through a file, so it does not show in `ps`.
+  [ -f "$dir/auth-header" ] || (umask 077 && echo "Authorization: Bearer $ADMIN_TOKEN" >"$dir/auth-header")
+  curl -sf --max-time 5 --cacert "$dir/pki/ca.crt" -H @"$dir/auth-header" \
     "https://127.0.0.1:$KUBE_PORT$path"
 }
 

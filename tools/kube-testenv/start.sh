@@ -10,6 +10,7 @@
 #        ETCD_PORT       etcd client port (default 12379); ETCD_PEER_PORT (default ETCD_PORT+1)
 #        KUBE_TESTENV_CONTROLLERS   "gc-ns" (default) runs kube-controller-manager; "none" skips it
 #        KUBE_TESTENV_OWNER_PID     if set, a watchdog stops this testenv when that process dies
+#        KUBE_TESTENV_WIPE_ON_OWNER_EXIT  if set (with the above), the watchdog also deletes STATE_DIR
 #        KUBE_TESTENV_READY_TIMEOUT seconds to wait for readiness (default 120)
 #
 # Idempotent per state directory: if the processes recorded there run and the server answers, it
@@ -146,8 +147,10 @@ ENV
   write_kubeconfig "$DIR/kcm.kubeconfig" system:kube-controller-manager "$kcm"
 }
 
+# etcd reads ETCD_* environment variables as flags: hide ours from it.
 start_etcd() {
-  kt_launch "$DIR" etcd "$DIR/etcd.log" "$KUBE_BIN/etcd" --name kube-testenv \
+  kt_launch "$DIR" etcd "$DIR/etcd.log" env -u ETCD_PORT -u ETCD_PEER_PORT \
+    "$KUBE_BIN/etcd" --name kube-testenv \
     --data-dir "$DIR/etcd" --unsafe-no-fsync --log-level warn \
     --listen-client-urls "http://127.0.0.1:$ETCD_PORT" \
     --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
@@ -196,6 +199,7 @@ fresh_start() {
   write_config
   STARTING=1
   trap on_exit EXIT
+  start_watchdog # before the servers, so an owner dying during start-up is covered too
   start_etcd
   kt_start_apiserver "$DIR"
   if [ "$CONTROLLERS" = gc-ns ]; then start_kcm; fi
@@ -207,12 +211,12 @@ fresh_start() {
 start_watchdog() {
   local owner=${KUBE_TESTENV_OWNER_PID:-}
   [ -n "$owner" ] || return 0
-  [ -d "/proc/$owner" ] || kt_die "KUBE_TESTENV_OWNER_PID=$owner is not a running process"
   if kt_alive "$DIR" watchdog; then
     kt_say "a watchdog already guards $DIR (pid $(kt_pid "$DIR" watchdog)); not starting another"
     return 0
   fi
-  kt_launch "$DIR" watchdog "$DIR/watchdog.log" "$KT_HERE/watchdog.sh" "$owner" "$DIR/"
+  kt_launch "$DIR" watchdog "$DIR/watchdog.log" "$KT_HERE/watchdog.sh" "$owner" "$DIR/" \
+    "${KUBE_TESTENV_WIPE_ON_OWNER_EXIT:+wipe}"
   kt_say "watchdog (pid $(kt_pid "$DIR" watchdog)) stops this testenv when pid $owner exits"
 }
 
@@ -227,6 +231,10 @@ main() {
   done
   command -v openssl >/dev/null || kt_die "openssl is not installed; it is needed to make the test certificates"
   command -v curl >/dev/null || kt_die "curl is not installed; it is needed to wait for the API server"
+  local owner=${KUBE_TESTENV_OWNER_PID:-}
+  if [ -n "$owner" ] && ! { [[ $owner =~ ^[0-9]+$ ]] && [ -d "/proc/$owner" ]; }; then
+    kt_die "KUBE_TESTENV_OWNER_PID=$owner is not a running process"
+  fi
 
   mkdir -p "$DIR"
   exec 9>"$DIR/.lock"
@@ -236,7 +244,6 @@ main() {
     return 0
   fi
   fresh_start
-  start_watchdog
   local t1 kcm
   t1=$(date +%s.%N)
   kcm=$(kt_pid "$DIR" kube-controller-manager)
