@@ -28,9 +28,11 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 /// # Examples
 ///
 /// ```no_run
-/// # async fn doc() -> anyhow::Result<()> {
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> anyhow::Result<()> {
 /// let config = kopf_tests::config_from_file("target/kube/kubeconfig").await?;
 /// let client = kube::Client::try_from(config)?;
+/// println!("{:?}", client.apiserver_version().await?);
 /// # Ok(()) }
 /// ```
 pub async fn config_from_file(path: impl AsRef<Path>) -> anyhow::Result<Config> {
@@ -59,7 +61,8 @@ pub async fn config_from_file(path: impl AsRef<Path>) -> anyhow::Result<Config> 
 /// # Examples
 ///
 /// ```no_run
-/// # async fn doc() -> anyhow::Result<()> {
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> anyhow::Result<()> {
 /// let config = kopf_tests::test_config().await?;
 /// println!("testing against {}", config.cluster_url);
 /// # Ok(()) }
@@ -90,9 +93,11 @@ pub async fn test_config() -> anyhow::Result<Config> {
 /// # Examples
 ///
 /// ```no_run
-/// # async fn doc() -> anyhow::Result<()> {
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> anyhow::Result<()> {
 /// let config = kopf_tests::config_from_file("target/kube/kubeconfig").await?;
 /// let client = kopf_tests::connect(config).await?;
+/// println!("{:?}", client.apiserver_version().await?);
 /// # Ok(()) }
 /// ```
 pub async fn connect(config: Config) -> anyhow::Result<Client> {
@@ -121,11 +126,12 @@ pub async fn connect(config: Config) -> anyhow::Result<Client> {
 /// # Examples
 ///
 /// ```no_run
-/// # async fn doc() {
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> anyhow::Result<()> {
 /// let client = kopf_tests::test_client().await;
 /// let version = client.apiserver_version().await.unwrap();
 /// println!("{}.{}", version.major, version.minor);
-/// # }
+/// # Ok(()) }
 /// ```
 pub async fn test_client() -> Client {
     let config = match test_config().await {

@@ -33,7 +33,9 @@ pub const CRD_ESTABLISHED_TIMEOUT: Duration = Duration::from_secs(60);
 /// # Examples
 ///
 /// ```no_run
-/// # async fn doc(client: kube::Client) -> anyhow::Result<()> {
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> anyhow::Result<()> {
+/// # let client = kopf_tests::test_client().await;
 /// use kube::CustomResourceExt;
 /// use kopf_examples::crd::KopfExample;
 ///

@@ -13,7 +13,8 @@
 //! A typical test:
 //!
 //! ```no_run
-//! # async fn doc() -> anyhow::Result<()> {
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> anyhow::Result<()> {
 //! use std::time::Duration;
 //! use kube::CustomResourceExt;
 //! use kopf_examples::crd::{KopfExample, KopfExampleSpec};
@@ -35,7 +36,6 @@
 mod client;
 mod crd;
 mod namespace;
-pub mod proxy;
 mod testenv;
 mod wait;
 

@@ -36,14 +36,15 @@ const DROP_CLEANUP_TIMEOUT: Duration = Duration::from_secs(30);
 /// # Examples
 ///
 /// ```no_run
-/// # async fn doc() -> anyhow::Result<()> {
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> anyhow::Result<()> {
 /// use k8s_openapi::api::core::v1::ConfigMap;
 /// use kopf_examples::crd::KopfExample;
 ///
 /// let mut ns = kopf_tests::TestNamespace::create().await?;
 /// ns.strip_finalizers_of::<KopfExample>();
 /// let config_maps = ns.api::<ConfigMap>();
-/// // ... the test ...
+/// let _ = config_maps.list(&Default::default()).await?; // ... the test ...
 /// ns.cleanup().await?;
 /// # Ok(()) }
 /// ```
@@ -70,7 +71,8 @@ impl TestNamespace {
     /// # Examples
     ///
     /// ```no_run
-    /// # async fn doc() -> anyhow::Result<()> {
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> anyhow::Result<()> {
     /// let ns = kopf_tests::TestNamespace::create().await?;
     /// assert!(ns.name().starts_with("kopf-"));
     /// ns.cleanup().await?;
@@ -93,7 +95,9 @@ impl TestNamespace {
     /// # Examples
     ///
     /// ```no_run
-    /// # async fn doc(env: &kopf_tests::TestEnv) -> anyhow::Result<()> {
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> anyhow::Result<()> {
+    /// # let env = &kopf_tests::TestEnv::start().await?;
     /// let ns = kopf_tests::TestNamespace::create_with(env.config().await?).await?;
     /// ns.cleanup().await?;
     /// # Ok(()) }
@@ -130,9 +134,11 @@ impl TestNamespace {
     /// # Examples
     ///
     /// ```no_run
-    /// # fn doc(ns: &kopf_tests::TestNamespace) {
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> anyhow::Result<()> {
+    /// # let ns = &kopf_tests::TestNamespace::create().await?;
     /// println!("testing in {}", ns.name());
-    /// # }
+    /// # Ok(()) }
     /// ```
     #[must_use]
     pub fn name(&self) -> &str {
@@ -144,9 +150,12 @@ impl TestNamespace {
     /// # Examples
     ///
     /// ```no_run
-    /// # fn doc(ns: &kopf_tests::TestNamespace) {
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> anyhow::Result<()> {
+    /// # let ns = &kopf_tests::TestNamespace::create().await?;
     /// let client: kube::Client = ns.client().clone();
-    /// # }
+    /// client.apiserver_version().await?;
+    /// # Ok(()) }
     /// ```
     #[must_use]
     pub fn client(&self) -> &Client {
@@ -158,10 +167,13 @@ impl TestNamespace {
     /// # Examples
     ///
     /// ```no_run
-    /// # fn doc(ns: &kopf_tests::TestNamespace) {
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> anyhow::Result<()> {
+    /// # let ns = &kopf_tests::TestNamespace::create().await?;
     /// use k8s_openapi::api::core::v1::ConfigMap;
     /// let config_maps: kube::Api<ConfigMap> = ns.api();
-    /// # }
+    /// assert_eq!(config_maps.namespace(), Some(ns.name()));
+    /// # Ok(()) }
     /// ```
     #[must_use]
     pub fn api<K>(&self) -> Api<K>
@@ -178,9 +190,11 @@ impl TestNamespace {
     /// # Examples
     ///
     /// ```no_run
-    /// # fn doc(ns: &mut kopf_tests::TestNamespace) {
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> anyhow::Result<()> {
+    /// # let ns = &mut kopf_tests::TestNamespace::create().await?;
     /// ns.strip_finalizers_of::<kopf_examples::crd::KopfExample>();
-    /// # }
+    /// # Ok(()) }
     /// ```
     pub fn strip_finalizers_of<K>(&mut self) -> &mut Self
     where
@@ -194,12 +208,14 @@ impl TestNamespace {
     /// # Examples
     ///
     /// ```no_run
-    /// # fn doc(ns: &mut kopf_tests::TestNamespace) {
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> anyhow::Result<()> {
+    /// # let ns = &mut kopf_tests::TestNamespace::create().await?;
     /// use kube::api::ApiResource;
     /// use kube::core::GroupVersionKind;
     /// let gvk = GroupVersionKind::gvk("kopf.dev", "v1", "KopfExample");
     /// ns.strip_finalizers_of_resource(ApiResource::from_gvk_with_plural(&gvk, "kopfexamples"));
-    /// # }
+    /// # Ok(()) }
     /// ```
     pub fn strip_finalizers_of_resource(&mut self, resource: ApiResource) -> &mut Self {
         self.strip.push(resource);
@@ -220,7 +236,8 @@ impl TestNamespace {
     /// # Examples
     ///
     /// ```no_run
-    /// # async fn doc() -> anyhow::Result<()> {
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> anyhow::Result<()> {
     /// let ns = kopf_tests::TestNamespace::create().await?;
     /// ns.cleanup().await?;
     /// # Ok(()) }
@@ -243,7 +260,10 @@ impl std::fmt::Debug for TestNamespace {
         f.debug_struct("TestNamespace")
             .field("name", &self.name)
             .field("server", &self.config.cluster_url)
-            .field("strip", &self.strip.iter().map(|r| &r.plural).collect::<Vec<_>>())
+            .field(
+                "strip",
+                &self.strip.iter().map(|r| &r.plural).collect::<Vec<_>>(),
+            )
             .field("cleaned_up", &self.cleaned_up)
             .finish_non_exhaustive()
     }
@@ -349,12 +369,14 @@ async fn strip_finalizers(
 /// # Examples
 ///
 /// ```no_run
-/// # async fn doc(api: kube::Api<k8s_openapi::api::core::v1::ConfigMap>) {
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> anyhow::Result<()> {
+/// # let api: kube::Api<k8s_openapi::api::core::v1::ConfigMap> = kube::Api::default_namespaced(kopf_tests::test_client().await);
 /// match api.get("missing").await {
 ///     Err(err) if kopf_tests::is_not_found(&err) => println!("gone"),
 ///     other => println!("{other:?}"),
 /// }
-/// # }
+/// # Ok(()) }
 /// ```
 #[must_use]
 pub fn is_not_found(err: &kube::Error) -> bool {

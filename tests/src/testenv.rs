@@ -20,7 +20,11 @@ use crate::client::{config_from_file, connect};
 /// ```
 #[must_use]
 pub fn scripts_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tools/kube-testenv")
+    let tests_crate = Path::new(env!("CARGO_MANIFEST_DIR"));
+    tests_crate
+        .parent()
+        .unwrap_or(tests_crate)
+        .join("tools/kube-testenv")
 }
 
 /// Options for [`TestEnv::start_with`].
@@ -40,13 +44,14 @@ pub struct TestEnvOptions {
 /// A running independent test environment; stopped (by recorded PIDs) when dropped.
 ///
 /// The scripts get `KUBE_TESTENV_OWNER_PID` = this process, so even a killed test binary
-/// leaves no servers behind. Its directory is removed after a clean stop, and kept (with the
-/// servers' logs) when the test panicked.
+/// leaves no servers (and no directory) behind. The directory is removed after a clean stop,
+/// and kept (with the servers' logs) when the test panicked.
 ///
 /// # Examples
 ///
 /// ```no_run
-/// # async fn doc() -> anyhow::Result<()> {
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> anyhow::Result<()> {
 /// let env = kopf_tests::TestEnv::start().await?;
 /// let client = env.client().await?;
 /// env.restart_apiserver().await?;
@@ -76,7 +81,8 @@ impl TestEnv {
     /// # Examples
     ///
     /// ```no_run
-    /// # async fn doc() -> anyhow::Result<()> {
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> anyhow::Result<()> {
     /// let env = kopf_tests::TestEnv::start().await?;
     /// println!("KUBECONFIG={}", env.kubeconfig().display());
     /// # Ok(()) }
@@ -98,9 +104,11 @@ impl TestEnv {
     /// # Examples
     ///
     /// ```no_run
-    /// # async fn doc() -> anyhow::Result<()> {
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> anyhow::Result<()> {
     /// use kopf_tests::{TestEnv, TestEnvOptions};
     /// let env = TestEnv::start_with(TestEnvOptions { controllers: true }).await?;
+    /// env.stop().await?;
     /// # Ok(()) }
     /// ```
     pub async fn start_with(options: TestEnvOptions) -> anyhow::Result<Self> {
@@ -113,6 +121,7 @@ impl TestEnv {
             .env("ETCD_PORT", etcd_port.to_string())
             .env("ETCD_PEER_PORT", peer_port.to_string())
             .env("KUBE_TESTENV_OWNER_PID", std::process::id().to_string())
+            .env("KUBE_TESTENV_WIPE_ON_OWNER_EXIT", "1")
             .env(
                 "KUBE_TESTENV_CONTROLLERS",
                 if options.controllers { "gc-ns" } else { "none" },
@@ -140,9 +149,11 @@ impl TestEnv {
     /// # Examples
     ///
     /// ```no_run
-    /// # fn doc(env: &kopf_tests::TestEnv) {
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> anyhow::Result<()> {
+    /// # let env = &kopf_tests::TestEnv::start().await?;
     /// std::fs::read_to_string(env.kubeconfig()).unwrap();
-    /// # }
+    /// # Ok(()) }
     /// ```
     #[must_use]
     pub fn kubeconfig(&self) -> &Path {
@@ -154,9 +165,12 @@ impl TestEnv {
     /// # Examples
     ///
     /// ```no_run
-    /// # fn doc(env: &kopf_tests::TestEnv) {
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> anyhow::Result<()> {
+    /// # let env = &kopf_tests::TestEnv::start().await?;
     /// let log = env.dir().join("kube-apiserver.log");
-    /// # }
+    /// println!("{}", std::fs::read_to_string(log)?);
+    /// # Ok(()) }
     /// ```
     #[must_use]
     pub fn dir(&self) -> &Path {
@@ -168,9 +182,11 @@ impl TestEnv {
     /// # Examples
     ///
     /// ```no_run
-    /// # fn doc(env: &kopf_tests::TestEnv) {
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> anyhow::Result<()> {
+    /// # let env = &kopf_tests::TestEnv::start().await?;
     /// assert_ne!(env.port(), 16443);
-    /// # }
+    /// # Ok(()) }
     /// ```
     #[must_use]
     pub fn port(&self) -> u16 {
@@ -190,8 +206,11 @@ impl TestEnv {
     /// # Examples
     ///
     /// ```no_run
-    /// # async fn doc(env: &kopf_tests::TestEnv) -> anyhow::Result<()> {
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> anyhow::Result<()> {
+    /// # let env = &kopf_tests::TestEnv::start().await?;
     /// let config = env.config().await?;
+    /// println!("{}", config.cluster_url);
     /// # Ok(()) }
     /// ```
     pub async fn config(&self) -> anyhow::Result<Config> {
@@ -211,8 +230,11 @@ impl TestEnv {
     /// # Examples
     ///
     /// ```no_run
-    /// # async fn doc(env: &kopf_tests::TestEnv) -> anyhow::Result<()> {
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> anyhow::Result<()> {
+    /// # let env = &kopf_tests::TestEnv::start().await?;
     /// let client = env.client().await?;
+    /// client.apiserver_version().await?;
     /// # Ok(()) }
     /// ```
     pub async fn client(&self) -> anyhow::Result<Client> {
@@ -232,7 +254,9 @@ impl TestEnv {
     /// # Examples
     ///
     /// ```no_run
-    /// # async fn doc(env: &kopf_tests::TestEnv) -> anyhow::Result<()> {
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> anyhow::Result<()> {
+    /// # let env = &kopf_tests::TestEnv::start().await?;
     /// env.stop_apiserver().await?;
     /// env.start_apiserver().await?;
     /// # Ok(()) }
@@ -255,7 +279,9 @@ impl TestEnv {
     /// # Examples
     ///
     /// ```no_run
-    /// # async fn doc(env: &kopf_tests::TestEnv) -> anyhow::Result<()> {
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> anyhow::Result<()> {
+    /// # let env = &kopf_tests::TestEnv::start().await?;
     /// env.start_apiserver().await?;
     /// # Ok(()) }
     /// ```
@@ -276,7 +302,9 @@ impl TestEnv {
     /// # Examples
     ///
     /// ```no_run
-    /// # async fn doc(env: &kopf_tests::TestEnv) -> anyhow::Result<()> {
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> anyhow::Result<()> {
+    /// # let env = &kopf_tests::TestEnv::start().await?;
     /// env.restart_apiserver().await?;
     /// # Ok(()) }
     /// ```
@@ -298,7 +326,8 @@ impl TestEnv {
     /// # Examples
     ///
     /// ```no_run
-    /// # async fn doc() -> anyhow::Result<()> {
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> anyhow::Result<()> {
     /// let env = kopf_tests::TestEnv::start().await?;
     /// env.stop().await?;
     /// # Ok(()) }

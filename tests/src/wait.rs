@@ -132,17 +132,20 @@ where
 /// # Examples
 ///
 /// ```no_run
-/// # async fn doc(client: kube::Client) {
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> anyhow::Result<()> {
+/// # let client = kopf_tests::test_client().await;
 /// use std::time::Duration;
 /// use k8s_openapi::api::core::v1::Namespace;
 /// use kube::Api;
 ///
 /// let namespaces: Api<Namespace> = Api::all(client);
-/// let ns = kopf_tests::wait_for("namespace default", Duration::from_secs(10), || async {
+/// let ns: Namespace = kopf_tests::wait_for("namespace default", Duration::from_secs(10), || async {
 ///     namespaces.get_opt("default").await?.ok_or_else(|| anyhow::anyhow!("not there yet"))
 /// })
 /// .await;
-/// # }
+/// assert_eq!(ns.metadata.name.as_deref(), Some("default"));
+/// # Ok(()) }
 /// ```
 pub async fn wait_for<T, E, F, Fut>(what: impl Display, timeout: Duration, probe: F) -> T
 where

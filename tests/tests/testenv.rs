@@ -197,6 +197,28 @@ async fn cleanup_strips_leftover_finalizers() -> anyhow::Result<()> {
     Ok(())
 }
 
+#[tokio::test]
+async fn dropped_namespace_is_cleaned_up_best_effort() -> anyhow::Result<()> {
+    let (ns, api) = example_namespace().await?;
+    let name = ns.name().to_owned();
+    let client = ns.client().clone();
+    api.create(&PostParams::default(), &example("dropped", &[FINALIZER]))
+        .await?;
+    drop(ns); // no cleanup() call, as when a test panics; runs on this current-thread runtime
+
+    let leftover = api.get_opt("dropped").await?;
+    assert!(
+        leftover.is_none_or(|obj| obj.finalizers().is_empty()),
+        "finalizers were stripped"
+    );
+    let namespace = Api::<Namespace>::all(client).get_opt(&name).await?;
+    assert!(
+        namespace.is_none_or(|ns| ns.metadata.deletion_timestamp.is_some()),
+        "the namespace is being deleted"
+    );
+    Ok(())
+}
+
 async fn namespace_names(client: Client) -> anyhow::Result<Vec<String>> {
     let list = Api::<Namespace>::all(client)
         .list(&ListParams::default())
