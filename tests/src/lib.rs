@@ -36,6 +36,7 @@
 mod client;
 mod crd;
 mod namespace;
+pub mod proxy;
 mod testenv;
 mod wait;
 
