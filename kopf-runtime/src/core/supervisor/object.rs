@@ -40,14 +40,14 @@ impl Inner {
         });
         let uid = Arc::clone(&object.reference().uid);
         let mut state = self.lock();
+        if state.tombstones.contains(&uid) {
+            return; // a late event about an object already reported gone
+        }
         let handlers = self.handlers.len();
         let entry = state
             .objects
             .entry(Arc::clone(&uid))
             .or_insert_with(|| ObjectEntry::new(Arc::clone(&object), handlers));
-        if entry.gone {
-            return; // a stale event about an object already reported gone
-        }
         if entry.essence.is_some() && entry.essence != essence {
             entry.idle_reset.send_replace(Instant::now());
         }
@@ -85,6 +85,7 @@ impl Inner {
     /// The object no longer exists (see `Supervisor::gone`).
     pub(crate) fn gone(self: &Arc<Self>, uid: &str) {
         let mut state = self.lock();
+        state.tombstones.insert(Arc::from(uid));
         let Some(key) = state.objects.get_key_value(uid).map(|(k, _)| Arc::clone(k)) else {
             return;
         };

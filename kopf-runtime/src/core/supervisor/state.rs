@@ -1,6 +1,6 @@
 //! The supervisor's shared state: objects, their handler slots, and instance bookkeeping.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -60,6 +60,8 @@ pub(crate) struct State {
     pub(crate) next_generation: u64,
     pub(crate) daemons_abandoned: u64,
     pub(crate) timers_abandoned: u64,
+    /// Recently gone UIDs, so that a late event cannot bring an object back to life.
+    pub(crate) tombstones: Tombstones,
 }
 
 impl State {
@@ -71,7 +73,40 @@ impl State {
             next_generation: 0,
             daemons_abandoned: 0,
             timers_abandoned: 0,
+            tombstones: Tombstones::default(),
         }
+    }
+}
+
+/// A bounded set of the most recently gone UIDs (oldest forgotten first).
+#[derive(Default)]
+pub(crate) struct Tombstones {
+    order: VecDeque<Arc<str>>,
+    set: HashSet<Arc<str>>,
+}
+
+impl Tombstones {
+    /// How many gone UIDs are remembered.
+    pub(crate) const CAPACITY: usize = 4096;
+
+    pub(crate) fn insert(&mut self, uid: Arc<str>) {
+        if !self.set.insert(Arc::clone(&uid)) {
+            return;
+        }
+        self.order.push_back(uid);
+        if self.order.len() > Self::CAPACITY
+            && let Some(oldest) = self.order.pop_front()
+        {
+            self.set.remove(&oldest);
+        }
+    }
+
+    pub(crate) fn contains(&self, uid: &str) -> bool {
+        self.set.contains(uid)
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.order.len()
     }
 }
 
@@ -201,4 +236,23 @@ pub(crate) enum Exit {
     Cancelled,
     /// Abandoned by the stop ladder or the shutdown deadline.
     Abandoned,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tombstones_forget_the_oldest_beyond_their_capacity() {
+        let mut t = Tombstones::default();
+        t.insert("a".into());
+        t.insert("a".into());
+        assert_eq!(t.len(), 1);
+        for i in 0..Tombstones::CAPACITY {
+            t.insert(format!("u{i}").into());
+        }
+        assert_eq!(t.len(), Tombstones::CAPACITY);
+        assert!(!t.contains("a"));
+        assert!(t.contains("u0") && t.contains(&format!("u{}", Tombstones::CAPACITY - 1)));
+    }
 }
