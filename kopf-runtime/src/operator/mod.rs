@@ -15,6 +15,7 @@ mod limits;
 mod logging;
 mod objects;
 mod patch;
+mod records;
 mod run;
 mod schema;
 mod signals;

@@ -16,19 +16,11 @@ use super::api::{Failure, Writer, classify, describe, pause};
 use super::events::{EventPoster, reference};
 use super::finalizer::{self, FinalizerView, finalizer_patch};
 use super::patch::KubePatchSink;
+use super::records::Records;
 use crate::core::effects::Effect;
 use crate::core::object::{ObjectRef, ObjectState};
 use crate::core::resource::ResourceInfo;
 use crate::core::supervisor::Supervisor;
-
-/// What the operator last saw of one object.
-#[derive(Debug)]
-struct Record {
-    object: ObjectRef,
-    view: FinalizerView,
-    /// Deleted, or no longer listed/selected: the supervisor was told it is gone.
-    gone: bool,
-}
 
 /// One unit of work for an object, run in order with the object's other work.
 #[derive(Debug)]
@@ -52,7 +44,7 @@ pub(crate) struct KindState {
     pub(crate) sink: KubePatchSink,
     pub(crate) events: Arc<EventPoster>,
     pub(crate) finalizer: Arc<str>,
-    records: Mutex<HashMap<Arc<str>, Record>>,
+    pub(crate) records: Arc<Records>,
     queues: Mutex<HashMap<Arc<str>, VecDeque<Job>>>,
     /// Set at shutdown: finalizers are left as they are (daemons resume after a restart).
     frozen: AtomicBool,
@@ -85,10 +77,10 @@ impl KindState {
             info,
             supervisor,
             writer: sink.writer.clone(),
+            records: sink.records.clone(),
             sink,
             events,
             finalizer,
-            records: Mutex::default(),
             queues: Mutex::default(),
             frozen: AtomicBool::new(false),
             stop,
@@ -98,7 +90,7 @@ impl KindState {
 
     /// The number of objects the operator keeps a record of.
     pub(crate) fn objects(&self) -> usize {
-        lock(&self.records).len()
+        self.records.len()
     }
 
     /// From now on, finalizers are neither added nor removed.
@@ -120,25 +112,7 @@ impl KindState {
         };
         let object = state.reference().clone();
         let uid = object.uid.clone();
-        {
-            let mut records = lock(&self.records);
-            match records.entry(uid.clone()) {
-                Entry::Occupied(mut e) => {
-                    let r = e.get_mut();
-                    if view.is_newer_or_same(&r.view) {
-                        r.view = view;
-                    }
-                    r.gone = false;
-                }
-                Entry::Vacant(e) => {
-                    e.insert(Record {
-                        object,
-                        view,
-                        gone: false,
-                    });
-                }
-            }
-        }
+        self.records.seen(object, view);
         self.supervisor.observe(state);
         self.enqueue(uid.clone(), Job::Sync);
         Some(uid)
@@ -146,19 +120,12 @@ impl KindState {
 
     /// An object was deleted (with its last state) or vanished during a relist (without).
     pub(crate) fn forget(self: &Arc<Self>, uid: &Arc<str>, last: Option<&Value>) {
+        if !self
+            .records
+            .mark_gone(uid, last.map(FinalizerView::from_body))
         {
-            let mut records = lock(&self.records);
-            let Some(r) = records.get_mut(uid) else {
-                drop(records);
-                self.supervisor.gone(uid);
-                return;
-            };
-            if let Some(view) = last.map(FinalizerView::from_body)
-                && view.is_newer_or_same(&r.view)
-            {
-                r.view = view;
-            }
-            r.gone = true;
+            self.supervisor.gone(uid);
+            return;
         }
         self.supervisor.gone(uid);
         self.enqueue(uid.clone(), Job::Sync);
@@ -336,8 +303,7 @@ impl KindState {
 
     /// What the finalizer of `uid` should be changed by, if anything.
     fn finalizer_step(&self, uid: &Arc<str>) -> Option<(ObjectRef, Option<Value>)> {
-        let records = lock(&self.records);
-        let r = records.get(uid)?;
+        let r = self.records.get(uid)?;
         let hold = self.supervisor.holds_finalizer(uid);
         let patch = if r.gone {
             // Still held while instances that held it are exiting: their exit sends another Sync.
@@ -349,18 +315,6 @@ impl KindState {
             finalizer_patch(&r.object.uid, &r.view, &self.finalizer, hold)
         };
         Some((r.object.clone(), patch))
-    }
-
-    fn set_view(&self, uid: &Arc<str>, view: FinalizerView) {
-        if let Some(r) = lock(&self.records).get_mut(uid)
-            && view.is_newer_or_same(&r.view)
-        {
-            r.view = view;
-        }
-    }
-
-    fn drop_record(&self, uid: &Arc<str>) {
-        lock(&self.records).remove(uid);
     }
 
     /// Makes the object's finalizer match the supervisor's need, with guarded patches; re-reads
@@ -375,9 +329,7 @@ impl KindState {
                 return;
             };
             let Some(patch) = patch else {
-                if lock(&self.records).get(uid).is_some_and(|r| r.gone) {
-                    self.drop_record(uid);
-                }
+                self.records.remove_if_gone(uid);
                 return;
             };
             let err = match finalizer::send(&self.writer, &object, patch).await {
@@ -385,7 +337,7 @@ impl KindState {
                     let view = FinalizerView::from_object(&updated);
                     info!(object = %object, uid = %object.uid, finalizer = %self.finalizer,
                         present = view.has(&self.finalizer), "finalizer updated");
-                    self.set_view(uid, view);
+                    self.records.update(uid, view);
                     continue;
                 }
                 Err(err) => err,
@@ -397,7 +349,7 @@ impl KindState {
                 }
                 Failure::Conflict | Failure::Invalid => match self.writer.read(&object).await {
                     Ok(Some(fresh)) => {
-                        self.set_view(uid, FinalizerView::from_object(&fresh));
+                        self.records.update(uid, FinalizerView::from_object(&fresh));
                         continue;
                     }
                     Ok(None) => {
@@ -422,7 +374,7 @@ impl KindState {
 
     /// The object no longer exists (404 or another UID under its name).
     fn object_vanished(&self, uid: &Arc<str>) {
-        self.drop_record(uid);
+        self.records.remove(uid);
         self.supervisor.gone(uid);
     }
 }

@@ -4,11 +4,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::future::BoxFuture;
-use kube::api::{Patch, PatchParams};
+use kube::api::{DynamicObject, Patch, PatchParams};
 use serde_json::{Map, Value};
 use tracing::{debug, warn};
 
 use super::api::{Failure, Writer, classify, describe, pause};
+use super::finalizer::FinalizerView;
+use super::records::Records;
 use crate::core::object::ObjectRef;
 use crate::core::sink::{PatchError, PatchSink};
 
@@ -79,6 +81,7 @@ fn guarded(mut map: Map<String, Value>, uid: &str) -> Value {
 pub(crate) struct KubePatchSink {
     pub(crate) writer: Writer,
     pub(crate) status: Arc<StatusMode>,
+    pub(crate) records: Arc<Records>,
 }
 
 impl PatchSink for KubePatchSink {
@@ -120,52 +123,78 @@ impl KubePatchSink {
         Ok(())
     }
 
+    /// One part of a patch, retried. The main resource is guarded by `metadata.uid` in the
+    /// patch (the API server rejects a changed UID as invalid). The status subresource ignores
+    /// metadata in patches, so status writes are guarded by the `metadata.resourceVersion` last
+    /// seen for this UID (a conflict re-reads the object by name and checks its UID).
     async fn write(
         &self,
         object: &ObjectRef,
         body: &Value,
         status: bool,
     ) -> Result<(), PatchError> {
-        let api = self.writer.api_for(object);
-        let params = PatchParams {
-            field_manager: Some(self.writer.field_manager.to_string()),
-            ..Default::default()
-        };
-        let mut delays = self.writer.retry.delays();
         let error = |message: String, gone: bool| PatchError {
             object: object.to_string(),
             message,
             gone,
         };
+        let gone = || {
+            error(
+                "the object is gone (deleted, or replaced by another of the same name)".into(),
+                true,
+            )
+        };
+        let mut delays = self.writer.retry.delays();
+        let mut version = if status {
+            self.records.resource_version(&object.uid)
+        } else {
+            None
+        };
+        let mut conflicts = 0;
         loop {
-            let result = {
-                let _permit = self.writer.writes.acquire().await;
-                if status {
-                    api.patch_status(&object.name, &params, &Patch::Merge(body))
-                        .await
-                } else {
-                    api.patch(&object.name, &params, &Patch::Merge(body)).await
-                }
-            };
-            let Err(err) = result else { return Ok(()) };
-            let min = match classify(&err) {
-                Failure::NotFound => return Err(error("the object is gone (404)".into(), true)),
-                Failure::Conflict | Failure::Invalid => {
-                    // A UID mismatch (the object was deleted and recreated) shows up as 409 or
-                    // 422: read the object to tell it from a real conflict or validation error.
-                    match self.writer.read(object).await {
-                        Ok(None) => {
-                            return Err(error(
-                                "the object is gone (its UID changed or it was deleted)".into(),
-                                true,
-                            ));
-                        }
-                        Ok(Some(_)) if classify(&err) == Failure::Invalid => {
+            if status && version.is_none() {
+                match self.writer.read(object).await {
+                    Ok(Some(fresh)) => version = fresh.metadata.resource_version,
+                    Ok(None) => return Err(gone()),
+                    Err(err) => {
+                        let min = match classify(&err) {
+                            Failure::NotFound => return Err(gone()),
+                            Failure::Transient(after) => after,
+                            _ => return Err(error(describe(&err), false)),
+                        };
+                        if !pause(&mut delays, min).await {
                             return Err(error(describe(&err), false));
                         }
-                        Ok(Some(_)) | Err(_) => None,
+                        continue;
                     }
                 }
+            }
+            let err = match self.send(object, body, version.as_deref()).await {
+                Ok(updated) => {
+                    self.records
+                        .update(&object.uid, FinalizerView::from_object(&updated));
+                    return Ok(());
+                }
+                Err(err) => err,
+            };
+            let min = match classify(&err) {
+                Failure::NotFound => return Err(gone()),
+                Failure::Conflict if status => {
+                    // Most likely a newer version than the one we saw: read it and try again.
+                    version = None;
+                    conflicts += 1;
+                    if conflicts <= 3 {
+                        continue;
+                    }
+                    None
+                }
+                Failure::Conflict | Failure::Invalid => match self.writer.read(object).await {
+                    Ok(None) => return Err(gone()),
+                    Ok(Some(_)) if classify(&err) == Failure::Invalid => {
+                        return Err(error(describe(&err), false));
+                    }
+                    Ok(Some(_)) | Err(_) => None,
+                },
                 Failure::Transient(after) => after,
                 Failure::Forbidden | Failure::Fatal => return Err(error(describe(&err), false)),
             };
@@ -174,6 +203,30 @@ impl KubePatchSink {
                 warn!(object = %object, error = %describe(&err), "giving up on a patch after retries");
                 return Err(error(describe(&err), false));
             }
+        }
+    }
+
+    /// Sends one merge patch: to the status subresource when `version` is given (guarded by it).
+    async fn send(
+        &self,
+        object: &ObjectRef,
+        body: &Value,
+        version: Option<&str>,
+    ) -> Result<DynamicObject, kube::Error> {
+        let api = self.writer.api_for(object);
+        let params = PatchParams {
+            field_manager: Some(self.writer.field_manager.to_string()),
+            ..Default::default()
+        };
+        let _permit = self.writer.writes.acquire().await;
+        match version {
+            Some(version) => {
+                let mut body = body.clone();
+                body["metadata"]["resourceVersion"] = Value::String(version.to_owned());
+                api.patch_status(&object.name, &params, &Patch::Merge(&body))
+                    .await
+            }
+            None => api.patch(&object.name, &params, &Patch::Merge(body)).await,
         }
     }
 }

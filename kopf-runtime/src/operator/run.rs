@@ -224,6 +224,7 @@ impl OperatorBuilder {
             let sink = KubePatchSink {
                 writer,
                 status: Arc::new(StatusMode::default()),
+                records: Arc::default(),
             };
             let mut kind_services = services.clone();
             kind_services.insert(PatchSinkHandle(Arc::new(sink.clone())));

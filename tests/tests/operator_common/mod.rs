@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use kopf_examples::crd::{KopfExample, KopfExampleSpec};
 use kopf_runtime::{Operator, OperatorBuilder, Registry};
-use kopf_tests::{TestNamespace, install_crd, is_not_found, test_client, test_config, wait_until};
+use kopf_tests::{
+    TestNamespace, install_crd, is_not_found, test_client, test_config, try_wait_for, wait_until,
+};
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::{Client, CustomResourceExt as _};
 
@@ -70,11 +72,18 @@ impl Journal {
 
     /// Waits until `name` has had `event` at least `times` times.
     pub async fn wait_for(&self, name: &str, event: &str, times: usize) {
-        let what = format!("{name}: `{event}` x{times} (journal: {:?})", self.of(name));
-        wait_until(what, PROMPTLY, || async {
-            self.count(name, event) >= times
+        let what = format!("{name}: `{event}` x{times}");
+        let waited = try_wait_for(what, PROMPTLY, || async {
+            if self.count(name, event) >= times {
+                Ok(())
+            } else {
+                Err("not yet")
+            }
         })
         .await;
+        if let Err(timeout) = waited {
+            panic!("{timeout}; the journal of {name}: {:?}", self.of(name));
+        }
     }
 }
 

@@ -1,0 +1,149 @@
+//! What the operator last saw of each object of a kind: its identity, finalizers, deletion
+//! state and resource version. Shared by the watch, the finalizer work and the patch sink (which
+//! guards status writes with the last seen resource version of the object's UID).
+
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use super::finalizer::FinalizerView;
+use crate::core::object::ObjectRef;
+
+/// What the operator last saw of one object.
+#[derive(Debug, Clone)]
+pub(crate) struct Record {
+    pub(crate) object: ObjectRef,
+    pub(crate) view: FinalizerView,
+    /// Deleted, or no longer listed/selected: the supervisor was told it is gone.
+    pub(crate) gone: bool,
+}
+
+/// The records of one kind, by UID.
+#[derive(Debug, Default)]
+pub(crate) struct Records(Mutex<HashMap<Arc<str>, Record>>);
+
+impl Records {
+    fn lock(&self) -> MutexGuard<'_, HashMap<Arc<str>, Record>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The number of records.
+    pub(crate) fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// A copy of the record of `uid`.
+    pub(crate) fn get(&self, uid: &str) -> Option<Record> {
+        self.lock().get(uid).cloned()
+    }
+
+    /// A version of the object was seen (it exists).
+    pub(crate) fn seen(&self, object: ObjectRef, view: FinalizerView) {
+        match self.lock().entry(object.uid.clone()) {
+            Entry::Occupied(mut e) => {
+                let r = e.get_mut();
+                if view.is_newer_or_same(&r.view) {
+                    r.view = view;
+                }
+                r.gone = false;
+            }
+            Entry::Vacant(e) => {
+                e.insert(Record {
+                    object,
+                    view,
+                    gone: false,
+                });
+            }
+        }
+    }
+
+    /// The object is gone (with its last state, if known). `false` if there is no record.
+    pub(crate) fn mark_gone(&self, uid: &str, last: Option<FinalizerView>) -> bool {
+        let mut records = self.lock();
+        let Some(r) = records.get_mut(uid) else {
+            return false;
+        };
+        if let Some(view) = last
+            && view.is_newer_or_same(&r.view)
+        {
+            r.view = view;
+        }
+        r.gone = true;
+        true
+    }
+
+    /// Updates the view from a response or a fresh read (unless it is older).
+    pub(crate) fn update(&self, uid: &str, view: FinalizerView) {
+        if let Some(r) = self.lock().get_mut(uid)
+            && view.is_newer_or_same(&r.view)
+        {
+            r.view = view;
+        }
+    }
+
+    /// The last seen resource version of `uid`.
+    pub(crate) fn resource_version(&self, uid: &str) -> Option<String> {
+        self.lock()
+            .get(uid)
+            .and_then(|r| r.view.resource_version.clone())
+    }
+
+    /// Drops the record.
+    pub(crate) fn remove(&self, uid: &str) {
+        self.lock().remove(uid);
+    }
+
+    /// Drops the record if it is marked gone.
+    pub(crate) fn remove_if_gone(&self, uid: &str) {
+        let mut records = self.lock();
+        if records.get(uid).is_some_and(|r| r.gone) {
+            records.remove(uid);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(rv: &str, finalizers: &[&str]) -> FinalizerView {
+        FinalizerView {
+            finalizers: Some(finalizers.iter().map(|f| (*f).to_owned()).collect()),
+            deleting: false,
+            resource_version: Some(rv.to_owned()),
+        }
+    }
+
+    fn object() -> ObjectRef {
+        ObjectRef {
+            uid: "u".into(),
+            namespace: None,
+            name: "a".into(),
+        }
+    }
+
+    #[test]
+    fn older_versions_never_overwrite_newer_ones() {
+        let records = Records::default();
+        records.seen(object(), view("5", &["x"]));
+        records.seen(object(), view("4", &[]));
+        assert_eq!(records.resource_version("u").as_deref(), Some("5"));
+        records.update("u", view("7", &["x"]));
+        assert_eq!(records.get("u").unwrap().view, view("7", &["x"]));
+        records.update("u", view("6", &[]));
+        assert_eq!(records.resource_version("u").as_deref(), Some("7"));
+    }
+
+    #[test]
+    fn gone_records_are_dropped_only_when_marked() {
+        let records = Records::default();
+        assert!(!records.mark_gone("u", None));
+        records.seen(object(), view("1", &[]));
+        records.remove_if_gone("u");
+        assert_eq!(records.len(), 1);
+        assert!(records.mark_gone("u", Some(view("2", &[]))));
+        assert!(records.get("u").unwrap().gone);
+        records.remove_if_gone("u");
+        assert_eq!(records.len(), 0);
+    }
+}
