@@ -1,0 +1,161 @@
+//! # A daemon that mirrors an external process
+//!
+//! For every `KopfExample` whose `spec.field` is set, the `tcp_health` daemon connects to the
+//! TCP endpoint named there (e.g. `127.0.0.1:7000`), reads the lines the process at that
+//! endpoint sends (one status word per line, e.g. `ok` or `degraded`), and mirrors what it sees
+//! into `status.health`:
+//!
+//! ```json
+//! {"connected": true, "state": "ok", "lines": 42, "disconnects": 0, "error": null}
+//! ```
+//!
+//! It shows:
+//! - a long-running async daemon that owns an external connection, reconnecting with a pause;
+//! - **periodic patch flushes**: the status is written at most every 2 s, and only when
+//!   something changed (`Patch::flush`), while the daemon keeps running — in kopf a daemon's
+//!   patch is only applied when it exits;
+//! - a graceful stop: the stop flag is awaited next to the socket, so deletion is immediate.
+//!
+//! ## Run it
+//!
+//! ```text
+//! eval "$(tools/kube-testenv/start.sh)"   # or point KUBECONFIG at your cluster
+//! cargo run -p kopf-examples --bin tcp_health -- --namespace default --install-crd
+//! # in another terminal, an "external process" that reports its state every second:
+//! while true; do echo ok; sleep 1; done | nc -l 127.0.0.1 7000
+//! ```
+//!
+//! then create a `KopfExample` with `spec.field: "127.0.0.1:7000"` and read its `status.health`;
+//! stop `nc` and see `connected` turn `false` within two seconds.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kopf_examples::crd::KopfExample;
+use kopf_runtime::{HandlerResult, Patch, Stopper, daemon};
+use serde_json::json;
+use tokio::io::{AsyncBufReadExt as _, BufReader};
+use tokio::net::TcpStream;
+use tracing::{info, warn};
+
+/// How often the mirrored health is written (when it changed).
+const FLUSH_EVERY: Duration = Duration::from_secs(2);
+/// How long to wait for a connection.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// The pause between connection attempts.
+const RECONNECT_AFTER: Duration = Duration::from_secs(1);
+
+/// What the daemon has seen of the endpoint.
+#[derive(Debug, Default)]
+struct Health {
+    connected: bool,
+    state: Option<String>,
+    lines: u64,
+    disconnects: u64,
+    error: Option<String>,
+    /// Changed since the last flush.
+    dirty: bool,
+}
+
+impl Health {
+    fn connected(&mut self) {
+        self.connected = true;
+        self.error = None;
+        self.dirty = true;
+    }
+
+    fn line(&mut self, line: &str) {
+        self.state = Some(line.trim().to_owned());
+        self.lines += 1;
+        self.dirty = true;
+    }
+
+    fn lost(&mut self, error: String) {
+        if self.connected {
+            self.disconnects += 1;
+        }
+        self.connected = false;
+        self.error = Some(error);
+        self.dirty = true;
+    }
+
+    /// Writes the health into `status.health` if it changed.
+    async fn flush(&mut self, patch: &Patch) {
+        if !self.dirty {
+            return;
+        }
+        patch.status(
+            "health",
+            json!({
+                "connected": self.connected, "state": self.state, "lines": self.lines,
+                "disconnects": self.disconnects, "error": self.error,
+            }),
+        );
+        match patch.flush().await {
+            Ok(()) => self.dirty = false,
+            // Stays pending in the patch; the next flush (or the daemon's exit) retries it.
+            Err(err) => warn!(%err, "cannot write status.health yet"),
+        }
+    }
+}
+
+/// Mirrors the endpoint in `spec.field` into `status.health` until stopped.
+#[daemon(field = "spec.field", cancellation_timeout = "10s")]
+async fn tcp_health(obj: Arc<KopfExample>, stopper: Stopper, patch: Patch) -> HandlerResult {
+    let addr = obj.spec.field.clone().unwrap_or_default();
+    info!(%addr, "mirroring the endpoint");
+    let mut health = Health::default();
+    let mut flush = tokio::time::interval(FLUSH_EVERY);
+    while !stopper.is_stopped() {
+        let connect = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&addr));
+        let stream = tokio::select! {
+            () = stopper.stopped() => break,
+            result = connect => result,
+        };
+        match stream {
+            Ok(Ok(stream)) => {
+                health.connected();
+                health.flush(&patch).await;
+                follow(stream, &mut health, &stopper, &patch, &mut flush).await;
+            }
+            Ok(Err(err)) => health.lost(format!("cannot connect to {addr}: {err}")),
+            Err(_) => health.lost(format!(
+                "no connection to {addr} within {CONNECT_TIMEOUT:?}"
+            )),
+        }
+        health.flush(&patch).await;
+        if stopper.sleep(RECONNECT_AFTER).await {
+            break;
+        }
+    }
+    info!(reason = %stopper.reason(), lines = health.lines, "stopped mirroring");
+    Ok(())
+}
+
+/// Reads the endpoint's lines until it disconnects or the daemon is asked to stop, flushing
+/// the health every [`FLUSH_EVERY`].
+async fn follow(
+    stream: TcpStream,
+    health: &mut Health,
+    stopper: &Stopper,
+    patch: &Patch,
+    flush: &mut tokio::time::Interval,
+) {
+    let mut lines = BufReader::new(stream).lines();
+    loop {
+        tokio::select! {
+            () = stopper.stopped() => return,
+            _ = flush.tick() => health.flush(patch).await,
+            line = lines.next_line() => match line {
+                Ok(Some(line)) => health.line(&line),
+                Ok(None) => return health.lost("the endpoint closed the connection".to_owned()),
+                Err(err) => return health.lost(format!("read error: {err}")),
+            },
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    kopf_examples::cli::run().await
+}
