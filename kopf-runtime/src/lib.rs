@@ -13,24 +13,24 @@ pub use crate::core::effects::Effect;
 pub use crate::core::handler::{Call, ErasedHandler, Invocation, MatchError, Output, Services};
 pub use crate::core::object::{ObjectError, ObjectRef, ObjectState};
 pub use crate::core::outcome::{BoxError, ErrorKind, HandlerError, HandlerResult};
+pub use crate::core::resource::ResourceInfo;
+pub use crate::core::sink::{PatchError, PatchSink, PatchSinkHandle};
 pub use crate::core::spec::{
     ErrorsMode, FieldFilter, Filters, HandlerKind, HandlerSpec, JsonLiteral, MetaFilter,
     SourceLocation, TimerSchedule, ValueFilter,
 };
 pub use crate::core::stop::{StopReason, Stopper};
-pub use crate::core::resource::ResourceInfo;
-pub use crate::core::sink::{PatchError, PatchSink, PatchSinkHandle};
 pub use crate::core::supervisor::{
     BlockingPool, ShutdownReport, Stats, Supervisor, SupervisorConfig,
-};
-pub use crate::operator::{
-    EventError, Events, KindStats, LogFormat, LoggingError, Operator, OperatorBuilder,
-    OperatorError, OperatorStats, RequestStats, WatchPhase, init_logging,
 };
 pub use crate::handler::{
     BlockingSafe, DaemonKind, Data, HandlerReturn, Inject, Live, Patch, Registration, Registry,
     RegistryError, Retry, Runtime, ScopeKind, Started, StaticResource, TimerKind, TypedHandler,
     erase,
+};
+pub use crate::operator::{
+    EventError, Events, KindStats, LogFormat, LoggingError, Operator, OperatorBuilder,
+    OperatorError, OperatorStats, RequestStats, WatchPhase, init_logging,
 };
 pub use kopf_macros::{daemon, timer};
 

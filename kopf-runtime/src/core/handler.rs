@@ -60,7 +60,9 @@ pub struct Services {
 
 impl fmt::Debug for Services {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Services").field("len", &self.map.len()).finish()
+        f.debug_struct("Services")
+            .field("len", &self.map.len())
+            .finish()
     }
 }
 
@@ -73,7 +75,10 @@ impl Services {
     /// The service of type `T`, if one was inserted.
     #[must_use]
     pub fn get<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
-        self.map.get(&TypeId::of::<T>()).cloned().and_then(|a| a.downcast::<T>().ok())
+        self.map
+            .get(&TypeId::of::<T>())
+            .cloned()
+            .and_then(|a| a.downcast::<T>().ok())
     }
 }
 
@@ -137,6 +142,8 @@ pub trait ErasedHandler: Send + Sync + 'static {
 
 impl fmt::Debug for dyn ErasedHandler {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ErasedHandler").field("id", &self.spec().id).finish()
+        f.debug_struct("ErasedHandler")
+            .field("id", &self.spec().id)
+            .finish()
     }
 }

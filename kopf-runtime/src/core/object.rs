@@ -95,7 +95,12 @@ impl ObjectState {
             .get("metadata")
             .and_then(|m| m.get("deletionTimestamp"))
             .is_some_and(|t| !t.is_null());
-        Ok(Self { reference, deleting, body: Arc::new(body), decoded: Mutex::new(Vec::new()) })
+        Ok(Self {
+            reference,
+            deleting,
+            body: Arc::new(body),
+            decoded: Mutex::new(Vec::new()),
+        })
     }
 
     /// The object's identity.
@@ -125,7 +130,11 @@ impl ObjectState {
     /// An annotation's value.
     #[must_use]
     pub fn annotation(&self, key: &str) -> Option<&str> {
-        self.body.get("metadata")?.get("annotations")?.get(key)?.as_str()
+        self.body
+            .get("metadata")?
+            .get("annotations")?
+            .get(key)?
+            .as_str()
     }
 
     /// The value at a path of object keys (`null` counts as absent).
@@ -178,7 +187,8 @@ impl ObjectState {
         drop(cache);
         entry.map(|any| {
             // The entry under TypeId::of::<K>() always holds a K.
-            any.downcast::<K>().unwrap_or_else(|_| unreachable!("decoded cache holds a K"))
+            any.downcast::<K>()
+                .unwrap_or_else(|_| unreachable!("decoded cache holds a K"))
         })
     }
 }

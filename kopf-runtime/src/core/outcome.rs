@@ -62,7 +62,11 @@ impl HandlerError {
     /// ```
     #[must_use]
     pub fn temporary(message: impl fmt::Display, delay: Duration) -> Self {
-        Self { kind: ErrorKind::Temporary { delay }, message: message.to_string(), source: None }
+        Self {
+            kind: ErrorKind::Temporary { delay },
+            message: message.to_string(),
+            source: None,
+        }
     }
 
     /// A permanent error: no retries.
@@ -73,7 +77,11 @@ impl HandlerError {
     /// ```
     #[must_use]
     pub fn permanent(message: impl fmt::Display) -> Self {
-        Self { kind: ErrorKind::Permanent, message: message.to_string(), source: None }
+        Self {
+            kind: ErrorKind::Permanent,
+            message: message.to_string(),
+            source: None,
+        }
     }
 
     /// An arbitrary error with a message, handled per the handler's `errors` mode.
@@ -84,7 +92,11 @@ impl HandlerError {
     /// ```
     #[must_use]
     pub fn msg(message: impl fmt::Display) -> Self {
-        Self { kind: ErrorKind::Other, message: message.to_string(), source: None }
+        Self {
+            kind: ErrorKind::Other,
+            message: message.to_string(),
+            source: None,
+        }
     }
 
     /// The error the framework reports when an invocation overran its `timeout`.
@@ -145,7 +157,10 @@ impl HandlerError {
     #[must_use]
     pub fn report(&self) -> String {
         let mut out = self.message.clone();
-        let mut next = self.source.as_deref().map(|e| e as &(dyn StdError + 'static));
+        let mut next = self
+            .source
+            .as_deref()
+            .map(|e| e as &(dyn StdError + 'static));
         while let Some(e) = next {
             out.push_str(": ");
             out.push_str(&e.to_string());
@@ -163,7 +178,11 @@ impl HandlerError {
 
 impl<E: StdError + Send + Sync + 'static> From<E> for HandlerError {
     fn from(err: E) -> Self {
-        Self { kind: ErrorKind::Other, message: err.to_string(), source: err.source().map(|s| s.to_string().into()) }
+        Self {
+            kind: ErrorKind::Other,
+            message: err.to_string(),
+            source: err.source().map(|s| s.to_string().into()),
+        }
     }
 }
 

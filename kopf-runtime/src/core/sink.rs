@@ -28,7 +28,8 @@ pub trait PatchSink: Send + Sync + 'static {
     ///
     /// # Cancellation safety
     /// Dropping the future may or may not leave the patch applied.
-    fn apply(&self, object: &ObjectRef, patch: Value) -> BoxFuture<'static, Result<(), PatchError>>;
+    fn apply(&self, object: &ObjectRef, patch: Value)
+    -> BoxFuture<'static, Result<(), PatchError>>;
 }
 
 /// The [`PatchSink`] as stored in [`crate::Services`].

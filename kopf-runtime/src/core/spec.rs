@@ -191,7 +191,11 @@ impl HandlerSpec {
         Self {
             id,
             kind,
-            location: SourceLocation { file: "<unknown>", line: 0, column: 0 },
+            location: SourceLocation {
+                file: "<unknown>",
+                line: 0,
+                column: 0,
+            },
             blocking: false,
             errors: ErrorsMode::Temporary,
             backoff: Self::DEFAULT_BACKOFF,
@@ -210,7 +214,11 @@ impl HandlerSpec {
                 jitter: None,
                 once: false,
             },
-            filters: Filters { labels: &[], annotations: &[], field: None },
+            filters: Filters {
+                labels: &[],
+                annotations: &[],
+                field: None,
+            },
         }
     }
 }

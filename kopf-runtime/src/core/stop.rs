@@ -104,7 +104,9 @@ pub struct Stopper {
 
 impl fmt::Debug for Stopper {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Stopper").field("reason", &self.reason()).finish()
+        f.debug_struct("Stopper")
+            .field("reason", &self.reason())
+            .finish()
     }
 }
 
@@ -117,7 +119,10 @@ impl Stopper {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         // The state is two plain values; a panic while holding the lock cannot corrupt them.
-        self.inner.state.lock().unwrap_or_else(PoisonError::into_inner)
+        self.inner
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Sets the flag, or adds `reason` to an already set flag (the first time is kept).
