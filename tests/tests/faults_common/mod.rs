@@ -121,6 +121,14 @@ impl InstanceLog {
             .is_some_and(|runs| runs.iter().any(|t| *t > since))
     }
 
+    /// How many times `name`'s timer has run after `since`.
+    pub fn fires_since(&self, name: &str, since: Instant) -> usize {
+        self.lock()
+            .fires
+            .get(name)
+            .map_or(0, |runs| runs.iter().filter(|t| **t > since).count())
+    }
+
     /// Invariant 1: the overlaps seen so far (must be empty).
     pub fn violations(&self) -> Vec<String> {
         self.lock().violations.clone()
