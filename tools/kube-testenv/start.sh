@@ -23,6 +23,8 @@ DIR=$(kt_state_dir "${1:-}")
 READY_TIMEOUT=${KUBE_TESTENV_READY_TIMEOUT:-120}
 t0=$(date +%s.%N)
 
+elapsed() { awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
+
 print_result() {
   kt_say "$1"
   echo "export KUBECONFIG=$DIR/kubeconfig"
@@ -168,13 +170,24 @@ start_kcm() {
     --use-service-account-credentials=false --secure-port=0 --profiling=false
 }
 
-# kcm_check: kube-controller-manager must still run a moment after the API server is ready.
-kcm_check() {
-  sleep 1
-  kt_alive "$DIR" kube-controller-manager && return 0
-  kt_say "kube-controller-manager exited; last lines of $DIR/kube-controller-manager.log:"
-  tail -n 30 "$DIR/kube-controller-manager.log" >&2
-  exit 1
+# kcm_wait: kube-controller-manager is started once the API server is ready (it gives up if the
+# server is not healthy within 10 s, which happens on a loaded machine); wait until its garbage
+# collector runs, so tests can rely on it as soon as start.sh returns.
+kcm_wait() {
+  local deadline=$(($(date +%s) + READY_TIMEOUT))
+  until grep -q 'Proceeding to collect garbage' "$DIR/kube-controller-manager.log" 2>/dev/null; do
+    if ! kt_alive "$DIR" kube-controller-manager; then
+      kt_say "kube-controller-manager exited; last lines of $DIR/kube-controller-manager.log:"
+      tail -n 30 "$DIR/kube-controller-manager.log" >&2
+      exit 1
+    fi
+    if (($(date +%s) >= deadline)); then
+      kt_say "kube-controller-manager's garbage collector did not start within ${READY_TIMEOUT}s; last lines of $DIR/kube-controller-manager.log:"
+      tail -n 30 "$DIR/kube-controller-manager.log" >&2
+      exit 1
+    fi
+    sleep 0.2
+  done
 }
 
 # On any failure after the first process was launched, stop everything this run started.
@@ -202,9 +215,13 @@ fresh_start() {
   start_watchdog # before the servers, so an owner dying during start-up is covered too
   start_etcd
   kt_start_apiserver "$DIR"
-  if [ "$CONTROLLERS" = gc-ns ]; then start_kcm; fi
   kt_wait_ready "$DIR" "$READY_TIMEOUT"
-  if [ "$CONTROLLERS" = gc-ns ]; then kcm_check; fi
+  kt_say "kube-apiserver ready after $(elapsed)s"
+  if [ "$CONTROLLERS" = gc-ns ]; then
+    start_kcm
+    kcm_wait
+    kt_say "kube-controller-manager's garbage collector running after $(elapsed)s"
+  fi
   STARTING=0
 }
 
@@ -244,9 +261,8 @@ main() {
     return 0
   fi
   fresh_start
-  local t1 kcm
-  t1=$(date +%s.%N)
+  local kcm
   kcm=$(kt_pid "$DIR" kube-controller-manager)
-  print_result "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "ready in %.1fs", b - a }'): kube-apiserver pid $(kt_pid "$DIR" kube-apiserver) on https://127.0.0.1:$KUBE_PORT, etcd pid $(kt_pid "$DIR" etcd) on :$ETCD_PORT, kube-controller-manager ${kcm:-not started}"
+  print_result "ready in $(elapsed)s: kube-apiserver pid $(kt_pid "$DIR" kube-apiserver) on https://127.0.0.1:$KUBE_PORT, etcd pid $(kt_pid "$DIR" etcd) on :$ETCD_PORT, kube-controller-manager ${kcm:-not started}"
 }
 main
