@@ -75,9 +75,12 @@ pub async fn test_config() -> anyhow::Result<Config> {
     })?;
     // KUBECONFIG may list several files; the test environment writes exactly one.
     let first = std::env::split_paths(&path).next().unwrap_or_default();
-    config_from_file(&first)
-        .await
-        .with_context(|| format!("KUBECONFIG={}: {HOW_TO_START}", first.display()))
+    config_from_file(&first).await.map_err(|err| {
+        anyhow::anyhow!(
+            "KUBECONFIG={} is unusable: {err:#}; {HOW_TO_START}",
+            first.display()
+        )
+    })
 }
 
 /// Builds a client for `config` and checks that the server answers within [`CONNECT_TIMEOUT`].
