@@ -163,6 +163,7 @@ pub async fn run() -> anyhow::Result<()> {
 /// Cancel safe: applying is idempotent; a dropped call may leave the CRDs installed.
 ///
 /// ```no_run
+/// # #[allow(dead_code)]
 /// # async fn demo() -> anyhow::Result<()> {
 /// kopf_examples::cli::install_crds().await?;
 /// # Ok(()) }
@@ -183,6 +184,7 @@ pub async fn install_crds() -> anyhow::Result<()> {
 /// As [`install_crds`].
 ///
 /// ```no_run
+/// # #[allow(dead_code)]
 /// # async fn demo(client: kube::Client) -> anyhow::Result<()> {
 /// kopf_examples::cli::install_crds_with(&client).await?;
 /// # Ok(()) }

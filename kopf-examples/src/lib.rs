@@ -22,5 +22,17 @@ pub mod docs {
     pages! {
         Readme => "README.md",
         ExamplesReadme => "kopf-examples/README.md",
+        DocsIndex => "docs/README.md",
+        Quickstart => "docs/quickstart.md",
+        Filters => "docs/filters.md",
+        Errors => "docs/errors.md",
+        Finalizers => "docs/finalizers.md",
+        Patches => "docs/patches.md",
+        EventsAndLogging => "docs/events-and-logging.md",
+        Shutdown => "docs/shutdown.md",
+        Deploying => "docs/deploying.md",
+        Testing => "docs/testing.md",
+        ComingFromKopf => "docs/coming-from-kopf.md",
+        Architecture => "docs/architecture.md",
     }
 }
