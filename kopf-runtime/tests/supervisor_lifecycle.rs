@@ -194,7 +194,7 @@ async fn the_finalizer_is_released_when_the_last_holding_instance_exits() {
 }
 
 fn decode_error() -> MatchError {
-    let source = serde_json::from_str::<u32>("\"x\"").unwrap_err();
+    let source = serde_json::from_str::<u32>("\"x\"").expect_err("not a number");
     MatchError::Decode {
         type_name: "MyResource",
         source: Arc::new(source),

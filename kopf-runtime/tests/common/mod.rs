@@ -9,7 +9,7 @@
 //!   it runs; or
 //! - *waits for the stop flag* ([`H::run_blocking`]): the test must be awake at the instant
 //!   the flag is set and [`Harness::settle`] until the thread has reacted.
-#![allow(dead_code, unreachable_pub, missing_docs)]
+#![allow(dead_code, unreachable_pub, missing_docs, clippy::unwrap_used)]
 
 use std::cell::RefCell;
 use std::collections::HashMap;

@@ -170,8 +170,7 @@ mod tests {
         }
     }
 
-    fn run(cfg: &LadderConfig, forced: bool) -> Vec<(u64, Ladder, Action)> {
-        let t0 = Instant::now();
+    fn run(cfg: &LadderConfig, forced: bool, t0: Instant) -> Vec<(u64, Ladder, Action)> {
         let mut out = Vec::new();
         let (mut state, action) = Ladder::Running.step(Input::Stop { forced }, t0, cfg);
         out.push((0, state, action));
@@ -187,7 +186,7 @@ mod tests {
     #[test]
     fn both_options_signal_then_cancel_then_abandon() {
         let t0 = Instant::now();
-        let steps = run(&cfg(Some(5), Some(3)), false);
+        let steps = run(&cfg(Some(5), Some(3)), false, t0);
         assert_eq!(
             steps,
             vec![
@@ -208,7 +207,7 @@ mod tests {
     #[test]
     fn timeout_only_cancels_at_once() {
         let t0 = Instant::now();
-        let steps = run(&cfg(None, Some(3)), false);
+        let steps = run(&cfg(None, Some(3)), false, t0);
         assert_eq!(
             steps,
             vec![
@@ -221,7 +220,7 @@ mod tests {
     #[test]
     fn backoff_only_signals_then_lingers_forever() {
         let t0 = Instant::now();
-        let steps = run(&cfg(Some(5), None), false);
+        let steps = run(&cfg(Some(5), None), false, t0);
         assert_eq!(
             steps,
             vec![
@@ -261,7 +260,7 @@ mod tests {
     #[test]
     fn neither_lingers_from_the_start() {
         let t0 = Instant::now();
-        let steps = run(&cfg(None, None), false);
+        let steps = run(&cfg(None, None), false, t0);
         assert_eq!(
             steps[0],
             (
@@ -278,7 +277,7 @@ mod tests {
     #[test]
     fn forced_stop_cancels_without_timeout_and_abandons_at_once() {
         let t0 = Instant::now();
-        let steps = run(&cfg(Some(2), None), true);
+        let steps = run(&cfg(Some(2), None), true, t0);
         assert_eq!(
             steps,
             vec![

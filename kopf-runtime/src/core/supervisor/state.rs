@@ -105,6 +105,7 @@ impl Tombstones {
         self.set.contains(uid)
     }
 
+    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.order.len()
     }
