@@ -12,6 +12,7 @@
 #        KUBE_TESTENV_OWNER_PID     if set, a watchdog stops this testenv when that process dies
 #        KUBE_TESTENV_WIPE_ON_OWNER_EXIT  if set (with the above), the watchdog also deletes STATE_DIR
 #        KUBE_TESTENV_READY_TIMEOUT seconds to wait for readiness (default 120)
+#        KUBE_APISERVER_EXTRA_ARGS  extra kube-apiserver flags, whitespace-separated (e.g. audit logging)
 #
 # Idempotent per state directory: if the processes recorded there run and the server answers, it
 # is reused as is. Another state directory with other ports is an independent server.
@@ -145,6 +146,11 @@ ENV
     --disable-admission-plugins=ServiceAccount \
     --cert-dir="$p" --profiling=false \
     --shutdown-send-retry-after=true >"$DIR/apiserver.args"
+  # Extra kube-apiserver flags, split at whitespace (bench/run passes its audit-log flags here).
+  if [ -n "${KUBE_APISERVER_EXTRA_ARGS:-}" ]; then
+    # shellcheck disable=SC2086 # split on purpose
+    printf '%s\n' ${KUBE_APISERVER_EXTRA_ARGS} >>"$DIR/apiserver.args"
+  fi
   write_kubeconfig "$DIR/kubeconfig" kube-testenv-admin "$admin"
   write_kubeconfig "$DIR/kcm.kubeconfig" system:kube-controller-manager "$kcm"
 }
