@@ -107,7 +107,6 @@ impl ExampleArgs {
     /// let builder = args.builder();
     /// # drop(builder); Ok::<(), anyhow::Error>(())
     /// ```
-    #[must_use]
     pub fn builder(&self) -> OperatorBuilder {
         let mut builder = Operator::builder()
             .namespaces(self.namespaces.clone())

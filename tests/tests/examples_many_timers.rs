@@ -24,7 +24,7 @@ fn object(i: usize) -> ObjectState {
         "metadata": {"name": format!("obj-{i}"), "namespace": "ns", "uid": uid},
         "spec": {},
     }))
-    .unwrap()
+    .expect("a valid object")
 }
 
 #[test]

@@ -50,6 +50,7 @@ async fn pinger(obj: Arc<KopfExample>) {
 /// A blocking daemon: runs on its own thread, checks its stop flag every 2 s, and reports its
 /// progress in `status.worker` while it runs.
 #[daemon(backoff = "3s", retries = 5)]
+#[allow(clippy::needless_pass_by_value)] // handler parameters are injected by value
 fn blocking_worker(
     obj: Arc<KopfExample>,
     stopper: Stopper,
@@ -64,7 +65,7 @@ fn blocking_worker(
     let mut rounds = 0_u64;
     while !stopper.wait(Duration::from_secs(2)) {
         rounds += 1;
-        if rounds % 5 == 0 {
+        if rounds.is_multiple_of(5) {
             patch.status("worker", json!({ "rounds": rounds }));
             // Applies the status now; the daemon keeps running.
             if let Err(err) = patch.flush_blocking() {

@@ -29,7 +29,7 @@ async fn heartbeat(
     while !stopper.sleep(BEAT).await {
         beats += 1;
         info!(demo = "heartbeat", object = %object.name, beats, "heartbeat");
-        if beats % 3 == 0 {
+        if beats.is_multiple_of(3) {
             patch.status("heartbeat", json!({ "beats": beats }));
             if let Err(err) = patch.flush().await {
                 warn!(%err, "cannot write status.heartbeat yet");
