@@ -124,26 +124,13 @@ async fn status_of(api: &Api<KopfExample>, name: &str, key: &str) -> serde_json:
     status.and_then(|s| s.get(key).cloned()).unwrap_or_default()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_cluster_role_is_necessary_and_sufficient() -> anyhow::Result<()> {
-    let admin = test_client().await;
-    install_crd(&admin, &KopfExample::crd()).await?;
-    let mut ns = TestNamespace::create().await?;
-    ns.strip_finalizers_of::<KopfExample>();
-    let rbac = Rbac::for_namespace(ns.name());
-    let roles: Api<ClusterRole> = Api::all(admin.clone());
-    let bindings: Api<ClusterRoleBinding> = Api::all(admin.clone());
-    let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), ns.name());
-    accounts
-        .create(&PostParams::default(), &rbac.account)
-        .await?;
-    roles.create(&PostParams::default(), &rbac.role).await?;
-
-    let token = service_account_token(&admin, ns.name(), &rbac.account.name_any()).await?;
-    let config = token_config(&token).await?;
-    let as_operator: Api<KopfExample> =
-        Api::namespaced(Client::try_from(config.clone())?, ns.name());
-
+/// Without the binding, the token is authenticated (403, not 401) but not permitted, and an
+/// operator with it never gets ready.
+async fn assert_denied(
+    as_operator: &Api<KopfExample>,
+    config: Config,
+    ns: &TestNamespace,
+) -> anyhow::Result<()> {
     // Without the binding: authenticated (403, not 401), but not permitted.
     let denied = as_operator.list(&ListParams::default()).await.unwrap_err();
     let text = denied.to_string();
@@ -157,7 +144,7 @@ async fn the_cluster_role_is_necessary_and_sufficient() -> anyhow::Result<()> {
     );
     // The operator starts (discovery is open to everyone) but cannot list: never ready. The
     // positive control is the bound operator below, which gets ready promptly.
-    let unbound = operator(config.clone(), &ns)?.start().await?;
+    let unbound = operator(config, ns)?.start().await?;
     let window = tokio::time::Instant::now() + Duration::from_secs(3);
     while tokio::time::Instant::now() < window {
         assert!(!unbound.is_ready(), "ready without permission to list");
@@ -172,16 +159,17 @@ async fn the_cluster_role_is_necessary_and_sufficient() -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     unbound.shutdown().await;
+    Ok(())
+}
 
-    // With the binding: the same token can do the operator's whole job.
-    bindings
-        .create(&PostParams::default(), &rbac.binding)
-        .await?;
-    wait_until("the binding to take effect", PROMPTLY, || async {
-        as_operator.list(&ListParams::default()).await.is_ok()
-    })
-    .await;
-    let running = operator(config, &ns)?.start().await?;
+/// With the binding, an operator with only the token adds the finalizer, writes status, posts
+/// an event and releases the finalizer.
+async fn assert_whole_job(
+    config: Config,
+    ns: &TestNamespace,
+    admin: &Client,
+) -> anyhow::Result<()> {
+    let running = operator(config, ns)?.start().await?;
     wait_until("the bound operator to be ready", PROMPTLY, || async {
         running.is_ready()
     })
@@ -231,6 +219,40 @@ async fn the_cluster_role_is_necessary_and_sufficient() -> anyhow::Result<()> {
     )
     .await;
     running.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cluster_role_is_necessary_and_sufficient() -> anyhow::Result<()> {
+    let admin = test_client().await;
+    install_crd(&admin, &KopfExample::crd()).await?;
+    let mut ns = TestNamespace::create().await?;
+    ns.strip_finalizers_of::<KopfExample>();
+    let rbac = Rbac::for_namespace(ns.name());
+    let roles: Api<ClusterRole> = Api::all(admin.clone());
+    let bindings: Api<ClusterRoleBinding> = Api::all(admin.clone());
+    let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), ns.name());
+    accounts
+        .create(&PostParams::default(), &rbac.account)
+        .await?;
+    roles.create(&PostParams::default(), &rbac.role).await?;
+
+    let token = service_account_token(&admin, ns.name(), &rbac.account.name_any()).await?;
+    let config = token_config(&token).await?;
+    let as_operator: Api<KopfExample> =
+        Api::namespaced(Client::try_from(config.clone())?, ns.name());
+
+    assert_denied(&as_operator, config.clone(), &ns).await?;
+
+    // With the binding: the same token can do the operator's whole job.
+    bindings
+        .create(&PostParams::default(), &rbac.binding)
+        .await?;
+    wait_until("the binding to take effect", PROMPTLY, || async {
+        as_operator.list(&ListParams::default()).await.is_ok()
+    })
+    .await;
+    assert_whole_job(config, &ns, &admin).await?;
 
     bindings
         .delete(&rbac.binding.name_any(), &DeleteParams::default())
