@@ -132,7 +132,10 @@ async fn assert_denied(
     ns: &TestNamespace,
 ) -> anyhow::Result<()> {
     // Without the binding: authenticated (403, not 401), but not permitted.
-    let denied = as_operator.list(&ListParams::default()).await.unwrap_err();
+    let denied = as_operator
+        .list(&ListParams::default())
+        .await
+        .expect_err("listing without the binding must be forbidden");
     let text = denied.to_string();
     assert!(
         matches!(&denied, kube::Error::Api(status) if status.code == 403),
