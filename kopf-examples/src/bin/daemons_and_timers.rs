@@ -18,13 +18,12 @@
 //! ## Run it
 //!
 //! ```text
-//! eval "$(tools/kube-testenv/start.sh)"          # or point KUBECONFIG at your cluster
-//! cargo run -p kopf-examples --bin crdgen | ...  # the CRD: kopf-examples/crds/kopfexample.yaml
-//! cargo run -p kopf-examples --bin daemons_and_timers -- --namespace default
+//! eval "$(tools/kube-testenv/start.sh)"   # or point KUBECONFIG at your cluster
+//! cargo run -p kopf-examples --bin daemons_and_timers -- --namespace default --install-crd
 //! ```
 //!
-//! then create a `KopfExample` in `default` (`scripts/demo` does all of this for you) and watch
-//! the log; delete the object and watch the daemons stop.
+//! then create a `KopfExample` in `default` and watch the log; delete the object and watch the
+//! daemons stop (`scripts/demo` shows the same with a scripted scenario).
 
 use std::sync::Arc;
 use std::time::Duration;
