@@ -159,6 +159,18 @@ pub async fn start_proxy() -> anyhow::Result<FaultProxy> {
     Ok(FaultProxy::start(&test_config().await?).await?)
 }
 
+/// Like [`example_namespace`], on the server of `config` (e.g. an independent `TestEnv`).
+pub async fn example_namespace_in(
+    config: kube::Config,
+) -> anyhow::Result<(TestNamespace, Api<KopfExample>)> {
+    let client = kopf_tests::connect(config.clone()).await?;
+    install_crd(&client, &KopfExample::crd()).await?;
+    let mut ns = TestNamespace::create_with(config).await?;
+    ns.strip_finalizers_of::<KopfExample>();
+    let api = ns.api::<KopfExample>();
+    Ok((ns, api))
+}
+
 /// An operator builder for `ns` and the handlers `ids`, connected through `proxy`, with the
 /// instance log as handler data.
 pub fn operator_via(
