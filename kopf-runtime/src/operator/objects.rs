@@ -22,7 +22,7 @@ use crate::core::object::{ObjectRef, ObjectState};
 use crate::core::resource::ResourceInfo;
 use crate::core::supervisor::Supervisor;
 
-/// One unit of work for an object, run in order with the object's other work.
+/// One unit of work for an object. Outputs run in order; a finalizer sync runs before them.
 #[derive(Debug)]
 enum Job {
     /// Make the finalizer match what the supervisor needs.
@@ -207,8 +207,12 @@ impl KindState {
         match queues.entry(uid) {
             Entry::Occupied(mut e) => {
                 let queue = e.get_mut();
-                if !(matches!(job, Job::Sync) && matches!(queue.back(), Some(Job::Sync))) {
-                    queue.push_back(job);
+                match job {
+                    // The finalizer goes first (it reads the latest state when it runs, so one
+                    // pending sync is enough): a deletion need not wait for queued result writes.
+                    Job::Sync if matches!(queue.front(), Some(Job::Sync)) => {}
+                    Job::Sync => queue.push_front(job),
+                    Job::Output { .. } => queue.push_back(job),
                 }
             }
             Entry::Vacant(e) => {
@@ -269,6 +273,10 @@ impl KindState {
         result: Option<Value>,
         patch: Option<Value>,
     ) {
+        if self.records.get(&object.uid).is_none_or(|r| r.gone) {
+            debug!(object = %object, handler, "the object is gone; output dropped");
+            return;
+        }
         let mut merged = match patch {
             Some(Value::Object(map)) => map,
             Some(other) => {
@@ -337,11 +345,17 @@ impl KindState {
                     let view = FinalizerView::from_object(&updated);
                     info!(object = %object, uid = %object.uid, finalizer = %self.finalizer,
                         present = view.has(&self.finalizer), "finalizer updated");
+                    if view.deleting && view.finalizers.as_ref().is_none_or(Vec::is_empty) {
+                        // The last finalizer of a deleted object: the API server removed it.
+                        self.object_vanished(uid);
+                        return;
+                    }
                     self.records.update(uid, view);
                     continue;
                 }
                 Err(err) => err,
             };
+            debug!(object = %object, error = %describe(&err), "a finalizer patch failed");
             let min = match classify(&err) {
                 Failure::NotFound => {
                     self.object_vanished(uid);

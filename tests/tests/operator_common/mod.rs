@@ -96,8 +96,19 @@ pub async fn example_namespace() -> anyhow::Result<(TestNamespace, Api<KopfExamp
     Ok((ns, api))
 }
 
+/// Logs to stderr when `KOPF_TEST_LOG` is set (e.g. `KOPF_TEST_LOG=kopf_runtime=debug`).
+pub fn init_test_logging() {
+    if let Ok(filter) = std::env::var("KOPF_TEST_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_test_writer()
+            .try_init();
+    }
+}
+
 /// A builder limited to `ns` and the handlers `ids`, with the test server's configuration.
 pub async fn operator(ns: &TestNamespace, ids: &[&str]) -> anyhow::Result<OperatorBuilder> {
+    init_test_logging();
     let registry = Registry::from_inventory()?.select(ids)?;
     Ok(Operator::builder()
         .kube_config(test_config().await?)
