@@ -1,0 +1,397 @@
+//! The operator as a separate process, killed and signalled: SIGKILL mid-run and a restart
+//! (daemons resume once per object, objects deleted meanwhile are finalized without their
+//! daemons being started, no instance runs twice), and SIGTERM during a mass deletion (exit 0
+//! within the shutdown timeout, every daemon sees its stop reason, a restarted operator
+//! finishes the deletion).
+//!
+//! No libtest harness: this binary is both the test (the parent) and, when
+//! `KOPF_FAULTS_CHILD_NAMESPACE` is set, the operator under test (the child). The child's
+//! handlers append what they do to the file named by `KOPF_FAULTS_CHILD_LOG`, one line per
+//! event: `start|stop|fire <name> <uid> <pid> [<stop reason>]`.
+
+mod faults_common;
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use faults_common::*;
+use kopf_examples::crd::KopfExample;
+use kopf_runtime::{Operator, Registry, Stopper, daemon, timer};
+use kopf_tests::{test_config, wait_until};
+use kube::ResourceExt as _;
+use kube::api::{DeleteParams, PostParams};
+
+const CHILD_ENV: &str = "KOPF_FAULTS_CHILD_NAMESPACE";
+const LOG_ENV: &str = "KOPF_FAULTS_CHILD_LOG";
+const DAEMON: &str = "fp-daemon";
+const TIMER: &str = "fp-timer";
+const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+
+fn append(kind: &str, obj: &KopfExample, extra: &str) {
+    let Some(path) = std::env::var_os(LOG_ENV) else {
+        return;
+    };
+    let uid = obj.metadata.uid.clone().unwrap_or_default();
+    let line = format!(
+        "{kind} {} {uid} {} {extra}\n",
+        obj.name_any(),
+        std::process::id()
+    );
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path);
+    // One write per line, in append mode: lines of concurrent handlers do not interleave.
+    if let Err(err) = file.and_then(|mut f| f.write_all(line.as_bytes())) {
+        eprintln!("cannot append to the child log: {err}");
+    }
+}
+
+#[daemon(id = "fp-daemon")]
+async fn fp_daemon(obj: Arc<KopfExample>, stopper: Stopper) {
+    append("start", &obj, "");
+    stopper.stopped().await;
+    append("stop", &obj, &stopper.reason().to_string());
+}
+
+#[timer(id = "fp-timer", interval = "1s")]
+async fn fp_timer(obj: Arc<KopfExample>) -> Result<u32, std::io::Error> {
+    append("fire", &obj, "");
+    Ok(std::process::id())
+}
+
+/// The child: an operator for one namespace, until SIGTERM (or SIGKILL).
+fn child(namespace: String) -> ExitCode {
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("child: no runtime: {err}");
+            return ExitCode::from(3);
+        }
+    };
+    let result: anyhow::Result<()> = runtime.block_on(async {
+        let registry = Registry::from_inventory()?.select(&[DAEMON, TIMER])?;
+        Operator::builder()
+            .kube_config(test_config().await?)
+            .namespaces([namespace])
+            .registry(&registry)
+            .shutdown_timeout(SHUTDOWN_TIMEOUT)
+            .run()
+            .await?;
+        Ok(())
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("child: {err:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// One line of the child log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Entry {
+    kind: String,
+    name: String,
+    uid: String,
+    pid: u32,
+    reason: String,
+}
+
+fn read_log(path: &Path) -> Vec<Entry> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .filter_map(|line| {
+            let mut parts = line.splitn(5, ' ');
+            Some(Entry {
+                kind: parts.next()?.to_owned(),
+                name: parts.next()?.to_owned(),
+                uid: parts.next()?.to_owned(),
+                pid: parts.next()?.parse().ok()?,
+                reason: parts.next().unwrap_or_default().trim().to_owned(),
+            })
+        })
+        .collect()
+}
+
+fn count(log: &[Entry], kind: &str, name: &str, pid: u32) -> usize {
+    log.iter()
+        .filter(|e| e.kind == kind && e.name == name && e.pid == pid)
+        .count()
+}
+
+/// Invariant 1 over the log: per object uid, starts and stops alternate (a killed process's
+/// instances end with it, so a start by a new process closes them).
+fn assert_no_overlap_in(log: &[Entry]) {
+    let mut running: BTreeMap<&str, Option<u32>> = BTreeMap::new();
+    for entry in log {
+        let slot = running.entry(entry.uid.as_str()).or_default();
+        match entry.kind.as_str() {
+            "start" => {
+                if let Some(pid) = *slot {
+                    assert_ne!(
+                        pid, entry.pid,
+                        "two daemons at once for {}: {log:?}",
+                        entry.name
+                    );
+                }
+                *slot = Some(entry.pid);
+            }
+            "stop" => *slot = None,
+            _ => {}
+        }
+    }
+}
+
+struct Child {
+    process: tokio::process::Child,
+    pid: u32,
+}
+
+async fn spawn_child(namespace: &str, log: &Path, output: &Path) -> anyhow::Result<Child> {
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(output)?;
+    let process = tokio::process::Command::new(std::env::current_exe()?)
+        .env(CHILD_ENV, namespace)
+        .env(LOG_ENV, log)
+        .stdin(std::process::Stdio::null())
+        .stdout(out.try_clone()?)
+        .stderr(out)
+        .kill_on_drop(true)
+        .spawn()?;
+    let pid = process
+        .id()
+        .ok_or_else(|| anyhow::anyhow!("the child has no pid"))?;
+    Ok(Child { process, pid })
+}
+
+impl Child {
+    async fn sigterm(&self) -> anyhow::Result<()> {
+        let status = tokio::process::Command::new("kill")
+            .args(["-TERM", &self.pid.to_string()])
+            .status()
+            .await?;
+        anyhow::ensure!(status.success(), "kill -TERM {} failed", self.pid);
+        Ok(())
+    }
+
+    /// Waits for the exit, at most `timeout`.
+    /// Waits for the exit, at most `timeout`: the exit code, `None` if ended by a signal.
+    async fn exit_code(&mut self, timeout: Duration) -> anyhow::Result<Option<i32>> {
+        use std::os::unix::process::ExitStatusExt as _;
+        let status = tokio::time::timeout(timeout, self.process.wait()).await??;
+        if let Some(signal) = status.signal() {
+            println!("child {} ended by signal {signal}", self.pid);
+        }
+        Ok(status.code())
+    }
+}
+
+/// Waits until `pid` logged `kind` for every one of `names`.
+async fn wait_logged(log: &Path, kind: &str, names: &[String], pid: u32, timeout: Duration) {
+    let what = format!("`{kind}` by {pid} for {names:?}");
+    wait_until(what, timeout, || async {
+        let entries = read_log(log);
+        names.iter().all(|n| count(&entries, kind, n, pid) >= 1)
+    })
+    .await;
+}
+
+struct Paths {
+    log: PathBuf,
+    output: PathBuf,
+}
+
+fn paths(test: &str) -> anyhow::Result<Paths> {
+    let dir = std::env::temp_dir().join(format!("kopf-{test}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    Ok(Paths {
+        log: dir.join("handlers.log"),
+        output: dir.join("operator.log"),
+    })
+}
+
+async fn sigkill_mid_run_and_restart() -> anyhow::Result<()> {
+    let (ns, api) = example_namespace().await?;
+    let files = paths("sigkill")?;
+    let mut first = spawn_child(ns.name(), &files.log, &files.output).await?;
+    let names = create_many(&api, "killed", 6).await?;
+    wait_logged(&files.log, "start", &names, first.pid, PROMPTLY).await;
+    wait_finalized(&api, &names).await;
+
+    first.process.start_kill()?;
+    assert_eq!(
+        first.exit_code(PROMPTLY).await?,
+        None,
+        "not killed by a signal"
+    );
+    // While no operator runs: two objects are deleted, one is created.
+    let (deleted, survivors) = names.split_at(2);
+    for name in deleted {
+        api.delete(name, &DeleteParams::default()).await?;
+    }
+    api.create(&PostParams::default(), &example("created-meanwhile"))
+        .await?;
+    // Positive control: with no operator, the finalizer holds the deleted objects.
+    for name in deleted {
+        assert!(
+            api.get_opt(name).await?.is_some(),
+            "{name} went without an operator"
+        );
+    }
+
+    let mut second = spawn_child(ns.name(), &files.log, &files.output).await?;
+    let restarted = Instant::now();
+    assert_gone(&api, deleted).await;
+    let mut alive = survivors.to_vec();
+    alive.push("created-meanwhile".to_owned());
+    wait_logged(&files.log, "start", &alive, second.pid, PROMPTLY).await;
+    let fire_deadline = Duration::from_secs(1) + TIMER_SLACK;
+    wait_logged(&files.log, "fire", &alive, second.pid, fire_deadline).await;
+    println!(
+        "sigkill: survivors resumed {:?} after the restart",
+        restarted.elapsed()
+    );
+
+    second.sigterm().await?;
+    let code = second
+        .exit_code(SHUTDOWN_TIMEOUT + Duration::from_secs(5))
+        .await?;
+    assert_eq!(code, Some(0), "see {}", files.output.display());
+    let log = read_log(&files.log);
+    for name in &alive {
+        assert_eq!(
+            count(&log, "start", name, second.pid),
+            1,
+            "{name} resumed more than once"
+        );
+        assert_eq!(
+            count(&log, "stop", name, second.pid),
+            1,
+            "{name}: no stop seen"
+        );
+    }
+    for name in deleted {
+        assert_eq!(
+            count(&log, "start", name, second.pid),
+            0,
+            "{name} restarted while deleting"
+        );
+    }
+    assert!(
+        log.iter()
+            .filter(|e| e.kind == "stop" && e.pid == second.pid)
+            .all(|e| e.reason.contains("operator exiting")),
+        "{log:?}"
+    );
+    assert_no_overlap_in(&log);
+    // Finalizers stay on the survivors after a graceful exit (their daemons resume later).
+    wait_finalized(&api, &alive).await;
+    ns.cleanup().await
+}
+
+async fn sigterm_during_a_mass_deletion() -> anyhow::Result<()> {
+    let (ns, api) = example_namespace().await?;
+    let files = paths("sigterm")?;
+    let mut first = spawn_child(ns.name(), &files.log, &files.output).await?;
+    let names = create_many(&api, "mass", 20).await?;
+    wait_logged(&files.log, "start", &names, first.pid, PROMPTLY).await;
+    wait_finalized(&api, &names).await;
+
+    delete_all(&api, &names).await?;
+    let signalled = Instant::now();
+    first.sigterm().await?;
+    let code = first
+        .exit_code(SHUTDOWN_TIMEOUT + Duration::from_secs(5))
+        .await?;
+    println!("sigterm: exited {:?} after the signal", signalled.elapsed());
+    assert_eq!(code, Some(0), "see {}", files.output.display());
+    let log = read_log(&files.log);
+    for name in &names {
+        assert_eq!(
+            count(&log, "stop", name, first.pid),
+            1,
+            "{name}: no stop seen"
+        );
+    }
+
+    // Whatever the first one left is finished by the next one, without starting daemons.
+    let mut second = spawn_child(ns.name(), &files.log, &files.output).await?;
+    assert_gone(&api, &names).await;
+    second.sigterm().await?;
+    let code = second
+        .exit_code(SHUTDOWN_TIMEOUT + Duration::from_secs(5))
+        .await?;
+    assert_eq!(code, Some(0), "see {}", files.output.display());
+    let log = read_log(&files.log);
+    for name in &names {
+        assert_eq!(
+            count(&log, "start", name, second.pid),
+            0,
+            "{name} restarted while deleting"
+        );
+    }
+    assert_no_overlap_in(&log);
+    ns.cleanup().await
+}
+
+fn main() -> ExitCode {
+    if let Ok(namespace) = std::env::var(CHILD_ENV) {
+        return child(namespace);
+    }
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("no runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let filter: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    type Test = fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<()>>>>;
+    let tests: [(&str, Test); 2] = [
+        ("sigkill_mid_run_and_restart", || {
+            Box::pin(sigkill_mid_run_and_restart())
+        }),
+        ("sigterm_during_a_mass_deletion", || {
+            Box::pin(sigterm_during_a_mass_deletion())
+        }),
+    ];
+    let (mut passed, mut failed) = (0, 0);
+    for (name, test) in tests {
+        if !filter.is_empty() && !filter.iter().any(|f| name.contains(f.as_str())) {
+            continue;
+        }
+        let outcome =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| runtime.block_on(test())));
+        match outcome {
+            Ok(Ok(())) => {
+                println!("test {name} ... ok");
+                passed += 1;
+            }
+            Ok(Err(err)) => {
+                println!("test {name} ... FAILED: {err:#}");
+                failed += 1;
+            }
+            Err(_) => {
+                println!("test {name} ... FAILED (panicked)");
+                failed += 1;
+            }
+        }
+    }
+    println!("{passed} passed, {failed} failed");
+    if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
