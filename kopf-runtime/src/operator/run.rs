@@ -26,7 +26,7 @@ use super::patch::{KubePatchSink, StatusMode};
 use crate::core::handler::ErasedHandler;
 use crate::core::resource::ResourceInfo;
 use crate::core::sink::PatchSinkHandle;
-use crate::core::supervisor::{Stats, Supervisor, SupervisorConfig};
+use crate::core::supervisor::{ShutdownReport, Stats, Supervisor, SupervisorConfig};
 use crate::handler::Registry;
 
 /// A running operator: watches, supervises and writes until [`shutdown`](Self::shutdown).
@@ -146,8 +146,17 @@ impl Operator {
             .iter()
             .map(|(state, _)| state.supervisor.shutdown());
         let reports = futures::future::join_all(supervisors);
-        if tokio::time::timeout_at(deadline, reports).await.is_err() {
-            warn!("the supervisors did not finish within the shutdown timeout");
+        match tokio::time::timeout_at(deadline, reports).await {
+            Ok(reports) => {
+                let count = |f: fn(&ShutdownReport) -> usize| reports.iter().map(f).sum::<usize>();
+                info!(
+                    exited = count(|r| r.exited.len()),
+                    cancelled = count(|r| r.cancelled.len()),
+                    abandoned = count(|r| r.abandoned.len()),
+                    "every daemon and timer has stopped"
+                );
+            }
+            Err(_) => warn!("the supervisors did not finish within the shutdown timeout"),
         }
         // Let pending writes of final results finish, within the deadline.
         for (state, _) in &self.kinds {
@@ -314,6 +323,7 @@ impl OperatorBuilder {
     /// # Cancellation safety
     /// Not cancel safe: dropping the future while the operator runs leaves its tasks running.
     pub async fn run(self) -> Result<(), OperatorError> {
+        self.validate()?;
         let mut signals = super::signals::Signals::new().map_err(OperatorError::Signal)?;
         let operator = self.start().await?;
         let name = signals.next().await;
