@@ -20,12 +20,15 @@ use std::time::{Duration, Instant};
 
 use faults_common::*;
 use kopf_examples::crd::KopfExample;
-use kopf_runtime::{Operator, Registry, Stopper, daemon, timer};
+use kopf_runtime::{LogFormat, Operator, Registry, Stopper, daemon, timer};
 use kopf_tests::{test_config, wait_until};
 use kube::ResourceExt as _;
 use kube::api::{DeleteParams, PostParams};
 
 const CHILD_ENV: &str = "KOPF_FAULTS_CHILD_NAMESPACE";
+/// Set in the child: build the client from the environment (`KUBECONFIG`), as a user's `main`
+/// does, instead of from the test's configuration.
+const INFER_ENV: &str = "KOPF_FAULTS_CHILD_INFER";
 const LOG_ENV: &str = "KOPF_FAULTS_CHILD_LOG";
 const DAEMON: &str = "fp-daemon";
 const TIMER: &str = "fp-timer";
@@ -75,8 +78,11 @@ fn child(namespace: String) -> ExitCode {
     };
     let result: anyhow::Result<()> = runtime.block_on(async {
         let registry = Registry::from_inventory()?.select(&[DAEMON, TIMER])?;
-        Operator::builder()
-            .kube_config(test_config().await?)
+        let mut builder = Operator::builder().log_format(LogFormat::Human);
+        if std::env::var_os(INFER_ENV).is_none() {
+            builder = builder.kube_config(test_config().await?);
+        }
+        builder
             .namespaces([namespace])
             .registry(&registry)
             .shutdown_timeout(SHUTDOWN_TIMEOUT)
@@ -154,11 +160,25 @@ struct Child {
 }
 
 async fn spawn_child(namespace: &str, log: &Path, output: &Path) -> anyhow::Result<Child> {
+    spawn_child_with(namespace, log, output, None).await
+}
+
+/// Spawns the operator child; with `kubeconfig`, it finds its client through `KUBECONFIG`.
+async fn spawn_child_with(
+    namespace: &str,
+    log: &Path,
+    output: &Path,
+    kubeconfig: Option<&Path>,
+) -> anyhow::Result<Child> {
     let out = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(output)?;
-    let process = tokio::process::Command::new(std::env::current_exe()?)
+    let mut command = tokio::process::Command::new(std::env::current_exe()?);
+    if let Some(path) = kubeconfig {
+        command.env(INFER_ENV, "1").env("KUBECONFIG", path);
+    }
+    let process = command
         .env(CHILD_ENV, namespace)
         .env(LOG_ENV, log)
         .stdin(std::process::Stdio::null())
@@ -342,6 +362,82 @@ async fn sigterm_during_a_mass_deletion() -> anyhow::Result<()> {
     ns.cleanup().await
 }
 
+/// Runs the child with `kubeconfig` and returns its exit code and output; it must exit by
+/// itself within [`PROMPTLY`].
+async fn run_with_kubeconfig(
+    test: &str,
+    kubeconfig: &Path,
+) -> anyhow::Result<(Option<i32>, String)> {
+    let files = paths(test)?;
+    let mut child =
+        spawn_child_with("default", &files.log, &files.output, Some(kubeconfig)).await?;
+    let code = child.exit_code(PROMPTLY).await?;
+    Ok((code, std::fs::read_to_string(&files.output)?))
+}
+
+async fn an_unreadable_or_invalid_kubeconfig_is_a_clear_error() -> anyhow::Result<()> {
+    let files = paths("kubeconfig")?;
+    let missing = files.log.with_file_name("no-such-kubeconfig");
+    let (code, output) = run_with_kubeconfig("kubeconfig-missing", &missing).await?;
+    assert_eq!(code, Some(2), "{output}");
+    assert!(
+        output.contains("no-such-kubeconfig"),
+        "the path is not named: {output}"
+    );
+    println!(
+        "unreadable kubeconfig: {}",
+        output.trim_end().lines().last().unwrap_or_default()
+    );
+
+    let garbage = files.log.with_file_name("garbage-kubeconfig");
+    std::fs::write(&garbage, "clusters: [ { this is: not yaml")?;
+    let (code, output) = run_with_kubeconfig("kubeconfig-garbage", &garbage).await?;
+    assert_eq!(code, Some(2), "{output}");
+    assert!(
+        output.to_lowercase().contains("kubeconfig"),
+        "not named as the cause: {output}"
+    );
+    println!(
+        "invalid kubeconfig: {}",
+        output.trim_end().lines().last().unwrap_or_default()
+    );
+    Ok(())
+}
+
+async fn a_revoked_token_is_reported_as_unauthorized() -> anyhow::Result<()> {
+    let files = paths("revoked")?;
+    let good = std::env::var_os("KUBECONFIG").ok_or_else(|| anyhow::anyhow!("KUBECONFIG unset"))?;
+    let mut config: serde_yaml::Value = serde_yaml::from_str(&std::fs::read_to_string(good)?)?;
+    for user in config["users"].as_sequence_mut().into_iter().flatten() {
+        user["user"] = serde_yaml::to_value(serde_json::json!({ "token": "revoked-token" }))?;
+    }
+    let revoked = files.log.with_file_name("revoked-kubeconfig");
+    std::fs::write(&revoked, serde_yaml::to_string(&config)?)?;
+    let mut child = spawn_child_with("default", &files.log, &files.output, Some(&revoked)).await?;
+    let what = "the operator to report 401 Unauthorized";
+    let reported = kopf_tests::try_wait_for(what, PROMPTLY, || async {
+        let output = std::fs::read_to_string(&files.output).unwrap_or_default();
+        if output.contains("401") || output.contains("Unauthorized") {
+            Ok(output)
+        } else {
+            Err(format!("output so far: {output}"))
+        }
+    })
+    .await;
+    // Whether it exits on its own or keeps retrying, SIGTERM ends it cleanly.
+    let _ = child.sigterm().await;
+    let code = child
+        .exit_code(SHUTDOWN_TIMEOUT + Duration::from_secs(5))
+        .await?;
+    let output = reported?;
+    assert!(code.is_some(), "ended by a signal");
+    let line = output
+        .lines()
+        .find(|l| l.contains("401") || l.contains("Unauthorized"));
+    println!("revoked token: {}", line.unwrap_or_default());
+    Ok(())
+}
+
 fn main() -> ExitCode {
     if let Ok(namespace) = std::env::var(CHILD_ENV) {
         return child(namespace);
@@ -358,12 +454,19 @@ fn main() -> ExitCode {
         .filter(|a| !a.starts_with('-'))
         .collect();
     type Test = fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<()>>>>;
-    let tests: [(&str, Test); 2] = [
+    let tests: [(&str, Test); 4] = [
         ("sigkill_mid_run_and_restart", || {
             Box::pin(sigkill_mid_run_and_restart())
         }),
         ("sigterm_during_a_mass_deletion", || {
             Box::pin(sigterm_during_a_mass_deletion())
+        }),
+        (
+            "an_unreadable_or_invalid_kubeconfig_is_a_clear_error",
+            || Box::pin(an_unreadable_or_invalid_kubeconfig_is_a_clear_error()),
+        ),
+        ("a_revoked_token_is_reported_as_unauthorized", || {
+            Box::pin(a_revoked_token_is_reported_as_unauthorized())
         }),
     ];
     let (mut passed, mut failed) = (0, 0);
