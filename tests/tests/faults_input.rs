@@ -40,7 +40,7 @@ const DAEMON: &str = "fi-daemon";
 
 #[daemon(id = "fi-daemon")]
 async fn fi_daemon(obj: Arc<FaultyThing>, stopper: Stopper, log: Data<InstanceLog>) {
-    let _instance = log.enter(&*obj, DAEMON);
+    let _instance = log.enter(&obj, DAEMON);
     stopper.stopped().await;
 }
 

@@ -67,7 +67,7 @@ impl InstanceLog {
     }
 
     /// Records that an instance of `handler` for `obj` starts; keep the guard while it runs.
-    pub fn enter<K: kube::Resource>(&self, obj: &K, handler: &'static str) -> Instance {
+    pub fn enter<K: kube::Resource>(&self, obj: &Arc<K>, handler: &'static str) -> Instance {
         let uid = obj.meta().uid.clone().unwrap_or_default();
         let name = obj.name_any();
         let key = (format!("{name}/{uid}"), handler);
@@ -88,7 +88,7 @@ impl InstanceLog {
     }
 
     /// Records a timer run of `obj`.
-    pub fn fire<K: kube::Resource>(&self, obj: &K) {
+    pub fn fire<K: kube::Resource>(&self, obj: &Arc<K>) {
         let now = Instant::now();
         self.lock()
             .fires
