@@ -1,6 +1,7 @@
 //! Attribute macros `#[daemon]` and `#[timer]` for kopf-runtime. Use them through
 //! `kopf_runtime` (which re-exports them); see its documentation.
 #![forbid(unsafe_code)]
+#![doc(test(attr(deny(warnings))))]
 
 mod args;
 mod codegen;
@@ -15,13 +16,19 @@ use proc_macro::TokenStream;
 
 use crate::model::Kind;
 
-/// Runs the function as a daemon: one long-running invocation per matching object.
+#[doc = include_str!("docs/daemon.md")]
+#[doc = include_str!("docs/options.md")]
+#[doc = include_str!("docs/daemon_only.md")]
+#[doc = include_str!("docs/generated.md")]
 #[proc_macro_attribute]
 pub fn daemon(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::expand(Kind::Daemon, args.into(), item.into()).into()
 }
 
-/// Runs the function as a timer: invocations per matching object on a schedule.
+#[doc = include_str!("docs/timer.md")]
+#[doc = include_str!("docs/options.md")]
+#[doc = include_str!("docs/timer_only.md")]
+#[doc = include_str!("docs/generated.md")]
 #[proc_macro_attribute]
 pub fn timer(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::expand(Kind::Timer, args.into(), item.into()).into()
