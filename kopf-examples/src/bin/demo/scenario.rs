@@ -157,12 +157,11 @@ impl Demo {
             "starting the demo operator (heartbeat daemon, tick and quiet timers)",
         );
         let exe = std::env::current_exe().context("cannot find the demo binary")?;
+        let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into());
         let mut child = tokio::process::Command::new(exe)
             .args(["operator", "--json", "--namespace", &self.ns])
-            .env(
-                "RUST_LOG",
-                std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
-            )
+            // The scenario reads the handlers' `info` lines: keep them whatever RUST_LOG says.
+            .env("RUST_LOG", format!("{filter},demo=info"))
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true)
