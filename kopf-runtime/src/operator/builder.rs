@@ -30,6 +30,7 @@ use crate::handler::Registry;
 ///     .run()
 ///     .await
 /// # }
+/// # let _ = demo;
 /// ```
 #[must_use = "a builder does nothing until `start`, `run` or `run_until` is called"]
 pub struct OperatorBuilder {
@@ -113,6 +114,7 @@ impl OperatorBuilder {
     /// let client = kube::Client::try_default().await?;
     /// let builder = kopf_runtime::Operator::builder().client(client);
     /// # drop(builder); Ok(()) }
+    /// # let _ = demo;
     /// ```
     pub fn client(mut self, client: Client) -> Self {
         self.client = Some(client);
@@ -126,6 +128,7 @@ impl OperatorBuilder {
     /// let config = kube::Config::infer().await?;
     /// let builder = kopf_runtime::Operator::builder().kube_config(config);
     /// # drop(builder); Ok(()) }
+    /// # let _ = demo;
     /// ```
     pub fn kube_config(mut self, config: kube::Config) -> Self {
         self.kube_config = Some(config);
@@ -165,6 +168,7 @@ impl OperatorBuilder {
     /// let registry = kopf_runtime::Registry::from_inventory()?.select(&["monitor"])?;
     /// let builder = kopf_runtime::Operator::builder().registry(&registry);
     /// # drop(builder); Ok(()) }
+    /// # let _ = demo;
     /// ```
     pub fn registry(mut self, registry: &Registry) -> Self {
         self.from_inventory = false;
@@ -205,9 +209,8 @@ impl OperatorBuilder {
     /// Makes `value` available to handlers (as `Data<T>`), one value per type.
     ///
     /// ```
-    /// #[derive(Clone)]
-    /// struct Settings { region: String }
-    /// let builder = kopf_runtime::Operator::builder().data(Settings { region: "eu".into() });
+    /// let region = String::from("eu-west-1"); // handlers take it as `Data<String>`
+    /// let builder = kopf_runtime::Operator::builder().data(region);
     /// # drop(builder);
     /// ```
     pub fn data<T: Any + Send + Sync>(mut self, value: T) -> Self {

@@ -3,6 +3,14 @@
 use std::net::SocketAddr;
 
 /// Why the operator could not start or run.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// use kopf_runtime::{Operator, OperatorError};
+/// let refused = Operator::builder().max_requests_per_second(0).start().await;
+/// assert!(matches!(refused, Err(OperatorError::InvalidOption { option: "max_requests_per_second", .. })));
+/// # }
+/// ```
 #[derive(Debug, thiserror::Error)]
 pub enum OperatorError {
     /// No kubeconfig and no in-cluster configuration could be found or used.

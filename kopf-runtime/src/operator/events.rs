@@ -18,6 +18,13 @@ use crate::handler::Inject;
 const MAX_NOTE: usize = 1024;
 
 /// Why an Event could not be posted.
+///
+/// ```
+/// fn log(err: &kopf_runtime::EventError) {
+///     eprintln!("{err}: {}", err.source); // "cannot post an event about ns/name: <API error>"
+/// }
+/// # let _ = log;
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[error("cannot post an event about {object}")]
 pub struct EventError {
@@ -130,6 +137,7 @@ pub(crate) fn reference(info: &ResourceInfo, object: &ObjectRef) -> ObjectRefere
 /// events.info("Synced", "the backup is up to date").await?;
 /// events.warning("BackupFailed", "the bucket is not reachable").await?;
 /// # Ok(()) }
+/// # let _ = demo;
 /// ```
 #[derive(Clone)]
 pub struct Events {
@@ -166,6 +174,15 @@ impl Events {
 
     /// Posts a `Normal` event.
     ///
+    /// ```no_run
+    /// # async fn demo(events: kopf_runtime::Events) {
+    /// if let Err(err) = events.info("Resized", "the volume has 10 GiB now").await {
+    ///     tracing::warn!(error = %err, "no event");
+    /// }
+    /// # }
+    /// # let _ = demo;
+    /// ```
+    ///
     /// # Errors
     /// [`EventError`] if the API server rejects the event.
     ///
@@ -176,6 +193,13 @@ impl Events {
     }
 
     /// Posts a `Warning` event.
+    ///
+    /// ```no_run
+    /// # async fn demo(events: kopf_runtime::Events) -> Result<(), kopf_runtime::EventError> {
+    /// events.warning("QuotaExceeded", "the backup needs 20 GiB, 10 GiB are left").await?;
+    /// # Ok(()) }
+    /// # let _ = demo;
+    /// ```
     ///
     /// # Errors
     /// [`EventError`] if the API server rejects the event.

@@ -12,7 +12,13 @@ use axum::routing::get;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-/// Where the watch of one resource kind is.
+/// Where the watch of one resource kind is (see [`KindStats`](crate::KindStats)).
+///
+/// ```
+/// use kopf_runtime::WatchPhase;
+/// let ready = |p| matches!(p, WatchPhase::Watching | WatchPhase::Unavailable);
+/// assert!(ready(WatchPhase::Watching) && !ready(WatchPhase::Listing));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum WatchPhase {

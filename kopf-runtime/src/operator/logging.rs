@@ -18,6 +18,11 @@ pub enum LogFormat {
 }
 
 /// Why logging could not be installed.
+///
+/// ```
+/// let err = kopf_runtime::LoggingError::AlreadyInstalled;
+/// assert_eq!(err.to_string(), "a global tracing subscriber is already installed");
+/// ```
 #[derive(Debug, thiserror::Error)]
 pub enum LoggingError {
     /// `RUST_LOG` is not a valid filter.

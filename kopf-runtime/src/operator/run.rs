@@ -40,6 +40,7 @@ use crate::handler::Registry;
 /// println!("{:?}", operator.stats());
 /// operator.shutdown().await;
 /// # Ok(()) }
+/// # let _ = demo;
 /// ```
 pub struct Operator {
     kinds: Vec<(Arc<KindState>, Arc<KindHealth>)>,
@@ -61,6 +62,16 @@ impl std::fmt::Debug for Operator {
 }
 
 /// A snapshot of one resource kind's state.
+///
+/// ```no_run
+/// # fn demo(operator: &kopf_runtime::Operator) {
+/// for kind in operator.stats().kinds {
+///     println!("{}: {:?}, {} objects, {} daemons", kind.resource, kind.phase, kind.objects,
+///         kind.supervisor.daemons_running);
+/// }
+/// # }
+/// # let _ = demo;
+/// ```
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct KindStats {
@@ -75,6 +86,15 @@ pub struct KindStats {
 }
 
 /// A snapshot of the operator's state, from [`Operator::stats`].
+///
+/// ```no_run
+/// # fn demo(operator: &kopf_runtime::Operator) {
+/// if let Some(requests) = operator.stats().requests {
+///     println!("{} requests, {} writes, {} held back by the limit", requests.total, requests.writes, requests.delayed);
+/// }
+/// # }
+/// # let _ = demo;
+/// ```
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct OperatorStats {
@@ -97,19 +117,45 @@ impl Operator {
         OperatorBuilder::default()
     }
 
-    /// The address of the health probe server, if one was configured.
+    /// The address of the health probe server, if one was configured (with the port the
+    /// system chose for port 0).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), kopf_runtime::OperatorError> {
+    /// let operator = kopf_runtime::Operator::builder().health_addr(([127, 0, 0, 1], 0).into()).start().await?;
+    /// println!("probes on http://{}/readyz", operator.health_addr().unwrap());
+    /// # Ok(()) }
+    /// # let _ = demo;
+    /// ```
     #[must_use]
     pub fn health_addr(&self) -> Option<SocketAddr> {
         self.health_addr
     }
 
-    /// Whether every resource kind has completed its initial list (what `/readyz` reports).
+    /// Whether every resource kind has completed its initial list, or is reported unavailable
+    /// (what `/readyz` reports).
+    ///
+    /// ```no_run
+    /// # async fn demo(operator: kopf_runtime::Operator) {
+    /// while !operator.is_ready() {
+    ///     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    /// }
+    /// # }
+    /// # let _ = demo;
+    /// ```
     #[must_use]
     pub fn is_ready(&self) -> bool {
         self.health.ready().is_ok()
     }
 
     /// Counters of requests and per-kind state.
+    ///
+    /// ```no_run
+    /// # fn demo(operator: &kopf_runtime::Operator) {
+    /// let objects: usize = operator.stats().kinds.iter().map(|k| k.objects).sum();
+    /// # let _ = objects; }
+    /// # let _ = demo;
+    /// ```
     #[must_use]
     pub fn stats(&self) -> OperatorStats {
         OperatorStats {
@@ -133,6 +179,14 @@ impl Operator {
     ///
     /// # Cancellation safety
     /// Not cancel safe: dropping the future leaves the operator partly stopped.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), kopf_runtime::OperatorError> {
+    /// let operator = kopf_runtime::Operator::builder().start().await?;
+    /// operator.shutdown().await; // returns within the shutdown timeout
+    /// # Ok(()) }
+    /// # let _ = demo;
+    /// ```
     pub async fn shutdown(self) {
         let deadline = tokio::time::Instant::now() + self.shutdown_timeout;
         info!("the operator is shutting down");
@@ -188,6 +242,15 @@ impl OperatorBuilder {
     ///
     /// # Cancellation safety
     /// Dropping the future before it completes leaves nothing running.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), kopf_runtime::OperatorError> {
+    /// let operator = kopf_runtime::Operator::builder().namespaces(["default"]).start().await?;
+    /// // ... the operator runs in the background ...
+    /// operator.shutdown().await;
+    /// # Ok(()) }
+    /// # let _ = demo;
+    /// ```
     pub async fn start(mut self) -> Result<Operator, OperatorError> {
         self.validate()?;
         if let Some(format) = self.log_format {
@@ -306,6 +369,15 @@ impl OperatorBuilder {
     ///
     /// # Cancellation safety
     /// Not cancel safe: dropping the future while the operator runs leaves its tasks running.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), kopf_runtime::OperatorError> {
+    /// let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    /// # drop(stop);
+    /// kopf_runtime::Operator::builder().run_until(async { stopped.await.unwrap_or(()) }).await?;
+    /// # Ok(()) }
+    /// # let _ = demo;
+    /// ```
     pub async fn run_until(self, stop: impl Future<Output = ()>) -> Result<(), OperatorError> {
         let operator = self.start().await?;
         stop.await;
@@ -322,6 +394,13 @@ impl OperatorBuilder {
     ///
     /// # Cancellation safety
     /// Not cancel safe: dropping the future while the operator runs leaves its tasks running.
+    ///
+    /// ```no_run
+    /// #[tokio::main]
+    /// async fn main() -> Result<(), kopf_runtime::OperatorError> {
+    ///     kopf_runtime::Operator::builder().log_format(kopf_runtime::LogFormat::Json).run().await
+    /// }
+    /// ```
     pub async fn run(self) -> Result<(), OperatorError> {
         self.validate()?;
         let mut signals = super::signals::Signals::new().map_err(OperatorError::Signal)?;
