@@ -54,7 +54,11 @@ pub(crate) async fn run(args: &[String]) -> anyhow::Result<ExitCode> {
         .await
         .context("no cluster configuration: set KUBECONFIG (scripts/demo does)")?;
     let mut demo = Demo::setup(client).await?;
-    let played = demo.play().await;
+    // Ctrl-C ends the scenario early, but still cleans up (the namespace, the CRD).
+    let played = tokio::select! {
+        played = demo.play() => played,
+        _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+    };
     demo.teardown().await;
     if let Err(err) = &played {
         println!("\ndemo: the scenario stopped early: {err:#}");
@@ -62,7 +66,9 @@ pub(crate) async fn run(args: &[String]) -> anyhow::Result<ExitCode> {
     demo.summary();
     let failed = demo.checks.iter().filter(|c| !c.ok).count();
     if played.is_err() || failed > 0 {
-        println!("demo: {failed} expected event(s) did not happen");
+        if failed > 0 {
+            println!("demo: {failed} expected event(s) did not happen");
+        }
         return Ok(if check {
             ExitCode::FAILURE
         } else {
