@@ -46,36 +46,35 @@ async fn delete_at_1000(h: &Harness) {
 }
 
 #[tokio::test(start_paused = true)]
-async fn async_neither_option_never_cancels_and_logs_that_it_is_still_exiting() {
-    let logs = Logs::capture();
+async fn async_neither_option_cancels_right_after_the_flag() {
     let h = Harness::new(vec![stubborn(None, None)]);
     delete_at_1000(&h).await;
-    h.at(35_000).await;
+    h.at(10_000).await;
     assert_eq!(
-        logs.lines_with(&["ns/obj-u1", "daemon is still exiting"])
-            .len(),
-        3,
-        "{}",
-        logs.text()
+        h.log.events("d")[1],
+        (1000, "dropped: resource deleted, cancelled".into())
     );
-    h.at(500_000).await;
-    assert_eq!(h.log.stopper("d", 0).reason(), DELETED);
-    assert_eq!(h.log.events("d").len(), 1, "never dropped");
-    assert_eq!(h.stats().daemons_stopping, 1);
-    assert_eq!(h.finalizer("u1"), vec![(0, true)]);
-    assert!(h.sup.holds_finalizer("u1"));
+    assert_eq!(h.finalizer("u1"), vec![(0, true), (1000, false)]);
+    assert_eq!(h.stats().daemons_stopping, 0);
 }
 
 #[tokio::test(start_paused = true)]
-async fn async_backoff_only_signals_then_waits_without_cancelling() {
+async fn async_backoff_only_signals_then_cancels_after_the_backoff() {
     let h = Harness::new(vec![stubborn(Some(5), None)]);
     delete_at_1000(&h).await;
-    h.at(1001).await;
-    assert_eq!(h.log.stopper("d", 0).reason(), DELETED | SIGNALLED);
-    h.at(100_000).await;
+    h.at(5999).await;
     assert_eq!(h.log.stopper("d", 0).reason(), DELETED | SIGNALLED);
     assert_eq!(h.stats().daemons_stopping, 1);
-    assert_eq!(h.finalizer("u1"), vec![(0, true)]);
+    assert!(h.sup.holds_finalizer("u1"));
+    h.at(10_000).await;
+    assert_eq!(
+        h.log.events("d")[1],
+        (
+            6000,
+            "dropped: resource deleted, signalled, cancelled".into()
+        )
+    );
+    assert_eq!(h.finalizer("u1"), vec![(0, true), (6000, false)]);
 }
 
 #[tokio::test(start_paused = true)]
@@ -129,14 +128,21 @@ async fn an_async_daemon_that_exits_on_the_flag_ends_the_ladder_at_once() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn blocking_neither_option_waits_for_the_thread_however_long() {
+async fn blocking_neither_option_waits_for_the_thread_however_long_logging_it() {
+    let logs = Logs::capture();
     let gate = Gate::default();
     let h = Harness::new(vec![stuck(None, None, &gate)]);
     delete_at_1000(&h).await;
+    h.at(1001).await;
+    assert_eq!(h.log.stopper("d", 0).reason(), DELETED | CANCELLED);
+    h.at(35_000).await;
+    let lines = logs.lines_with(&["ns/obj-u1", "handler=\"d\"", "daemon is still exiting"]);
+    assert_eq!(lines.len(), 3, "at 11, 21 and 31 s: {}", logs.text());
     h.at(100_000).await;
-    assert_eq!(h.log.stopper("d", 0).reason(), DELETED);
+    assert_eq!(h.log.stopper("d", 0).reason(), DELETED | CANCELLED);
     assert_eq!((h.stats().daemons_stopping, h.stats().threads), (1, 1));
     assert_eq!(h.finalizer("u1"), vec![(0, true)]);
+    assert!(h.sup.holds_finalizer("u1"));
     gate.open();
     h.settle(|h| h.finalizer("u1").len() == 2).await;
     assert_eq!(h.finalizer("u1"), vec![(0, true), (100_000, false)]);
@@ -144,15 +150,27 @@ async fn blocking_neither_option_waits_for_the_thread_however_long() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn blocking_backoff_only_signals_and_never_cancels() {
+async fn blocking_backoff_only_signals_cancels_and_then_waits() {
     let gate = Gate::default();
     let h = Harness::new(vec![stuck(Some(5), None, &gate)]);
     delete_at_1000(&h).await;
-    h.at(1001).await;
+    h.at(5999).await;
     assert_eq!(h.log.stopper("d", 0).reason(), DELETED | SIGNALLED);
+    h.at(6000).await;
+    h.spin().await;
+    assert_eq!(
+        h.log.stopper("d", 0).reason(),
+        DELETED | SIGNALLED | CANCELLED
+    );
     h.at(100_000).await;
-    assert_eq!(h.log.stopper("d", 0).reason(), DELETED | SIGNALLED);
-    assert_eq!(h.stats().daemons_stopping, 1);
+    assert_eq!(
+        h.log.stopper("d", 0).reason(),
+        DELETED | SIGNALLED | CANCELLED
+    );
+    assert_eq!(
+        (h.stats().daemons_stopping, h.stats().daemons_abandoned),
+        (1, 0)
+    );
     gate.open();
     h.settle(|h| h.stats().threads == 0 && h.finalizer("u1").len() == 2)
         .await;

@@ -383,8 +383,10 @@ async fn a_blocking_timer_in_a_run_gets_its_flag_on_deletion() {
     h.observe(&Obj::new("u1").deleting());
     h.settle(|h| h.finalizer("u1").len() == 2).await;
     assert_eq!(h.finalizer("u1"), vec![(0, true), (2000, false)]);
-    assert_eq!(
-        h.log.stopper("t", 0).reason(),
-        StopReason::RESOURCE_DELETED | StopReason::DONE
+    // CANCELLED too, unless the thread returned before the ladder's first step.
+    let flag = h.log.stopper("t", 0).reason();
+    assert!(
+        flag.contains(StopReason::RESOURCE_DELETED | StopReason::DONE),
+        "{flag}"
     );
 }

@@ -1,18 +1,19 @@
 //! The stop ladder of one invocation, as a pure state machine (no clock, no I/O).
 //!
 //! ```text
-//! Running --stop--> Signalled --backoff--> Cancelled --timeout--> Abandoned
-//!    |                  |                                ^
-//!    |                  +--(no timeout, not forced)--> Lingering (log every `polling`, forever)
-//!    +--(no backoff)--> Cancelled / Lingering
+//! Running --stop--> Signalled --backoff--> cancel --+--timeout--> Abandoned
+//!    |                                       ^      |
+//!    +-------------(no backoff)--------------+      +--(no timeout)--> Lingering
+//!                                                          (log every `polling`, forever)
 //! ```
 //!
-//! A *lifecycle* stop (object deleted, filters mismatch, operator pausing or exiting) is
-//! cooperative, as in kopf: the task is cancelled only when `cancellation_timeout` is set.
-//! A *forced* stop (the invocation ran past the handler's `timeout`) always cancels after the
-//! backoff and, for a blocking task that cannot be cancelled, abandons it after
-//! `cancellation_timeout` (at once when unset). The driver (`super::invoke`) feeds the inputs
-//! and performs the actions; exits of the task are handled by the driver directly.
+//! The flag is set first; after `cancellation_backoff` (at once without one) the task is
+//! cancelled: an async future is dropped, a blocking thread gets `CANCELLED` and keeps running.
+//! What is still running `cancellation_timeout` later is abandoned with a warning; without a
+//! timeout the supervisor waits for it as long as it takes. A *forced* stop (the invocation ran
+//! past the handler's `timeout`) abandons a blocking task right after the cancellation when no
+//! `cancellation_timeout` is set. The driver (`super::invoke`) feeds the inputs and performs the
+//! actions; the task's own exit ends the ladder in any state.
 
 use std::time::Duration;
 
@@ -38,7 +39,7 @@ pub(crate) enum Ladder {
     Signalled {
         /// The end of the graceful period.
         until: Instant,
-        /// Cancel after the graceful period even without a `cancellation_timeout`.
+        /// A handler timeout: abandon at once after the cancellation if there is no timeout.
         forced: bool,
     },
     /// Cancelled (async: dropped; blocking: flagged `CANCELLED`); abandoned at `until`.
@@ -46,7 +47,7 @@ pub(crate) enum Ladder {
         /// When the task is abandoned if it has not exited.
         until: Instant,
     },
-    /// No timeout: waiting for the task for as long as it takes, logging at `next_log`.
+    /// Cancelled, no timeout: waiting for the task as long as it takes, logging at `next_log`.
     Lingering {
         /// When "still exiting" is logged next.
         next_log: Instant,
@@ -108,7 +109,7 @@ impl Ladder {
                     },
                     Action::Signal,
                 ),
-                None => after_grace(now, forced, cfg),
+                None => cancel(now, forced, cfg),
             },
             (
                 Self::Signalled {
@@ -123,9 +124,9 @@ impl Ladder {
                 },
                 Action::None,
             ),
-            (Self::Lingering { .. }, Input::Stop { forced: true }) => after_grace(now, true, cfg),
-            (Self::Signalled { forced, .. }, Input::Deadline) => after_grace(now, forced, cfg),
-            (Self::Cancelled { .. }, Input::Deadline) => (Self::Abandoned, Action::Abandon),
+            (Self::Lingering { .. }, Input::Stop { forced: true })
+            | (Self::Cancelled { .. }, Input::Deadline) => (Self::Abandoned, Action::Abandon),
+            (Self::Signalled { forced, .. }, Input::Deadline) => cancel(now, forced, cfg),
             (Self::Lingering { .. }, Input::Deadline) => (
                 Self::Lingering {
                     next_log: now + cfg.polling,
@@ -137,23 +138,18 @@ impl Ladder {
     }
 }
 
-/// The step after the graceful period: cancel (then abandon after the timeout), or linger.
-fn after_grace(now: Instant, forced: bool, cfg: &LadderConfig) -> (Ladder, Action) {
-    match (cfg.timeout, forced) {
-        (Some(timeout), _) => (
-            Ladder::Cancelled {
-                until: now + timeout,
-            },
-            Action::Cancel,
-        ),
-        (None, true) => (Ladder::Cancelled { until: now }, Action::Cancel),
-        (None, false) => (
-            Ladder::Lingering {
-                next_log: now + cfg.polling,
-            },
-            Action::None,
-        ),
-    }
+/// The cancellation step: then abandon after the timeout, or linger without one.
+fn cancel(now: Instant, forced: bool, cfg: &LadderConfig) -> (Ladder, Action) {
+    let next = match (cfg.timeout, forced) {
+        (Some(timeout), _) => Ladder::Cancelled {
+            until: now + timeout,
+        },
+        (None, true) => Ladder::Cancelled { until: now },
+        (None, false) => Ladder::Lingering {
+            next_log: now + cfg.polling,
+        },
+    };
+    (next, Action::Cancel)
 }
 
 #[cfg(test)]
@@ -205,7 +201,7 @@ mod tests {
     }
 
     #[test]
-    fn timeout_only_cancels_at_once() {
+    fn timeout_only_cancels_at_once_then_abandons() {
         let t0 = Instant::now();
         let steps = run(&cfg(None, Some(3)), false, t0);
         assert_eq!(
@@ -218,7 +214,7 @@ mod tests {
     }
 
     #[test]
-    fn backoff_only_signals_then_lingers_forever() {
+    fn backoff_only_signals_cancels_then_lingers_forever() {
         let t0 = Instant::now();
         let steps = run(&cfg(Some(5), None), false, t0);
         assert_eq!(
@@ -237,7 +233,7 @@ mod tests {
                     Ladder::Lingering {
                         next_log: t0 + S(65)
                     },
-                    Action::None
+                    Action::Cancel
                 ),
                 (
                     65,
@@ -258,7 +254,7 @@ mod tests {
     }
 
     #[test]
-    fn neither_lingers_from_the_start() {
+    fn neither_cancels_at_once_then_lingers() {
         let t0 = Instant::now();
         let steps = run(&cfg(None, None), false, t0);
         assert_eq!(
@@ -268,14 +264,23 @@ mod tests {
                 Ladder::Lingering {
                     next_log: t0 + S(60)
                 },
-                Action::None
+                Action::Cancel
             )
         );
-        assert_eq!(steps[1].2, Action::LogStillExiting);
+        assert_eq!(
+            steps[1],
+            (
+                60,
+                Ladder::Lingering {
+                    next_log: t0 + S(120)
+                },
+                Action::LogStillExiting
+            )
+        );
     }
 
     #[test]
-    fn forced_stop_cancels_without_timeout_and_abandons_at_once() {
+    fn a_forced_stop_without_timeout_abandons_right_after_cancelling() {
         let t0 = Instant::now();
         let steps = run(&cfg(Some(2), None), true, t0);
         assert_eq!(
@@ -293,10 +298,15 @@ mod tests {
                 (2, Ladder::Abandoned, Action::Abandon),
             ]
         );
+        let steps = run(&cfg(None, Some(4)), true, t0);
+        assert_eq!(
+            steps[0],
+            (0, Ladder::Cancelled { until: t0 + S(4) }, Action::Cancel)
+        );
     }
 
     #[test]
-    fn forced_stop_escalates_a_lingering_or_signalled_ladder() {
+    fn a_forced_stop_escalates_a_signalled_or_lingering_ladder() {
         let t0 = Instant::now();
         let c = cfg(Some(5), None);
         let (s, _) = Ladder::Running.step(Input::Stop { forced: false }, t0, &c);
@@ -311,13 +321,15 @@ mod tests {
                 Action::None
             )
         );
+        let (s, a) = s.step(Input::Deadline, t0 + S(5), &c);
+        assert_eq!(
+            (s, a),
+            (Ladder::Cancelled { until: t0 + S(5) }, Action::Cancel)
+        );
         let c = cfg(None, None);
         let (s, _) = Ladder::Running.step(Input::Stop { forced: false }, t0, &c);
         let (s, a) = s.step(Input::Stop { forced: true }, t0 + S(7), &c);
-        assert_eq!(
-            (s, a),
-            (Ladder::Cancelled { until: t0 + S(7) }, Action::Cancel)
-        );
+        assert_eq!((s, a), (Ladder::Abandoned, Action::Abandon));
     }
 
     #[test]
@@ -332,10 +344,25 @@ mod tests {
             signalled.step(Input::Stop { forced: false }, t0, &c),
             (signalled, Action::None)
         );
+        let forced = Ladder::Signalled {
+            until: t0 + S(5),
+            forced: true,
+        };
+        assert_eq!(
+            forced.step(Input::Stop { forced: true }, t0, &c),
+            (forced, Action::None)
+        );
         let cancelled = Ladder::Cancelled { until: t0 + S(8) };
         assert_eq!(
             cancelled.step(Input::Stop { forced: true }, t0, &c),
             (cancelled, Action::None)
+        );
+        let lingering = Ladder::Lingering {
+            next_log: t0 + S(60),
+        };
+        assert_eq!(
+            lingering.step(Input::Stop { forced: false }, t0, &c),
+            (lingering, Action::None)
         );
         assert_eq!(
             Ladder::Abandoned.step(Input::Deadline, t0, &c),
@@ -348,5 +375,7 @@ mod tests {
         assert!(Ladder::Running.is_running() && !signalled.is_running());
         assert_eq!(Ladder::Running.deadline(), None);
         assert_eq!(Ladder::Abandoned.deadline(), None);
+        assert_eq!(lingering.deadline(), Some(t0 + S(60)));
+        assert_eq!(cancelled.deadline(), Some(t0 + S(8)));
     }
 }
