@@ -6,9 +6,11 @@
 //! - `pinger`: an **async daemon** that pings every few seconds and does not check any stop
 //!   flag: it relies on being cancelled. `cancellation_backoff = "1s"` gives it one second of
 //!   grace after the stop request; then it is dropped at its next `.await`.
-//! - `blocking_worker`: a **blocking daemon** (a plain `fn`, run on its own thread) that loops on
-//!   its stop flag with `stopper.wait(..)`, and writes its progress into `status` with
-//!   `patch.flush_blocking()` without exiting.
+//! - `blocking_worker`: a **blocking daemon** (a plain `fn`, run on its own thread). Like kopf's
+//!   example, its first attempts fail with a temporary error (retried in the same daemon after
+//!   1 s, writing `status.worker.failures` before failing); then it loops on its stop flag with
+//!   `stopper.wait(..)` and writes its progress into `status.worker.rounds` with
+//!   `patch.flush_blocking()`, without exiting.
 //! - `sharp_tick`: a **sharp timer** every 3 s on a fixed grid, which only runs once the object
 //!   has been unchanged for 5 s (`idle`).
 //! - `idle_refresh`: an **async timer** with `idle = "10s"` and `interval = "4s"`: after 10 s
@@ -29,7 +31,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kopf_examples::crd::KopfExample;
-use kopf_runtime::{HandlerResult, Patch, Retry, Stopper, daemon, timer};
+use kopf_runtime::{HandlerError, HandlerResult, Patch, Retry, Stopper, daemon, timer};
 use serde_json::{Value, json};
 use tracing::info;
 
@@ -46,8 +48,11 @@ async fn pinger(obj: Arc<KopfExample>) {
     }
 }
 
-/// A blocking daemon: runs on its own thread, checks its stop flag every 2 s, and reports its
-/// progress in `status.worker` while it runs.
+/// How many attempts of the blocking daemon fail before it settles.
+const WARM_UP_FAILURES: u32 = 2;
+
+/// A blocking daemon: runs on its own thread, fails its first attempts, then checks its stop
+/// flag every 2 s and reports its progress in `status.worker` while it runs.
 #[daemon(backoff = "3s", retries = 5)]
 #[allow(clippy::needless_pass_by_value)] // handler parameters are injected by value
 fn blocking_worker(
@@ -61,6 +66,15 @@ fn blocking_worker(
         items = obj.spec.items.len(),
         "worker started"
     );
+    if retry.0 < WARM_UP_FAILURES {
+        // A failed attempt's pending patch is dropped: flush what must survive the failure.
+        patch.status("worker", json!({ "failures": retry.0 + 1 }));
+        patch.flush_blocking()?;
+        return Err(HandlerError::temporary(
+            "warming up",
+            Duration::from_secs(1),
+        ));
+    }
     let mut rounds = 0_u64;
     while !stopper.wait(Duration::from_secs(2)) {
         rounds += 1;
