@@ -10,7 +10,9 @@ use super::object::ObjectRef;
 pub enum Effect {
     /// Whether the object's finalizer must be held. Sent when this changes: `hold: true` as soon
     /// as a handler that holds the finalizer matches; `hold: false` the moment no such handler
-    /// matches and no instance that held it is still running (or it was abandoned).
+    /// matches and no instance that held it is still running (or it was abandoned). Also sent
+    /// once on the first observation of every object (so an adapter that finds a stale
+    /// finalizer after a restart learns to remove it); never sent after the object is gone.
     Finalizer {
         /// The object.
         object: ObjectRef,
