@@ -1,0 +1,125 @@
+//! The kopf-rs population: N objects given to a [`Supervisor`] with one hand-written timer or
+//! daemon handler (what `#[timer]` / `#[daemon]` generate, minus the typed decoding).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kopf_bench::names::{NAMESPACE, object_index, object_name};
+use kopf_runtime::{
+    Call, ErasedHandler, HandlerError, HandlerKind, HandlerSpec, Invocation, MatchError,
+    ObjectState, Output, Services, Supervisor, SupervisorConfig,
+};
+
+use crate::track::Tracker;
+use crate::{INTERVAL, Population};
+
+static TIMER: HandlerSpec = {
+    let mut spec = HandlerSpec::new("tick", HandlerKind::Timer);
+    spec.schedule.interval = Some(INTERVAL);
+    spec
+};
+static DAEMON: HandlerSpec = HandlerSpec::new("tick", HandlerKind::Daemon);
+
+/// A timer that records its fire, or a daemon that records a tick each second until stopped.
+struct Tick {
+    daemon: bool,
+    tracker: Arc<Tracker>,
+}
+
+impl ErasedHandler for Tick {
+    fn spec(&self) -> &'static HandlerSpec {
+        if self.daemon { &DAEMON } else { &TIMER }
+    }
+
+    fn matches(&self, _: &ObjectState) -> Result<bool, MatchError> {
+        Ok(true)
+    }
+
+    fn invoke(&self, inv: Invocation) -> Result<Call, HandlerError> {
+        let index = object_index(&inv.object.reference().name).unwrap_or(usize::MAX);
+        let tracker = Arc::clone(&self.tracker);
+        if !self.daemon {
+            tracker.fire(index);
+            return Ok(Call::Async(Box::pin(async { Ok(Output::default()) })));
+        }
+        Ok(Call::Async(Box::pin(async move {
+            loop {
+                tracker.fire(index);
+                if inv.stopper.sleep(Duration::from_secs(1)).await {
+                    break;
+                }
+            }
+            Ok(Output::default())
+        })))
+    }
+}
+
+/// The objects (prepared before the baseline) and the supervisor that runs them.
+pub(crate) struct Supervised {
+    objects: Vec<ObjectState>,
+    supervisor: Supervisor,
+    drain: tokio::task::JoinHandle<u64>,
+}
+
+impl Supervised {
+    pub(crate) fn prepare(n: usize, daemon: bool, tracker: Arc<Tracker>) -> anyhow::Result<Self> {
+        let objects = (0..n)
+            .map(|i| {
+                ObjectState::from_json(serde_json::json!({
+                    "apiVersion": "kopf.dev/v1",
+                    "kind": "KopfExample",
+                    "metadata": {
+                        "name": object_name(i),
+                        "namespace": NAMESPACE,
+                        "uid": format!("00000000-0000-0000-0000-{i:012}"),
+                    },
+                    "spec": {"field": "value"},
+                }))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let handler: Arc<dyn ErasedHandler> = Arc::new(Tick { daemon, tracker });
+        let (supervisor, mut effects) = Supervisor::new(
+            vec![handler],
+            Services::default(),
+            SupervisorConfig::default(),
+        );
+        // The effects (one finalizer request per object) are drained and counted, as the
+        // operator's Kubernetes adapter would consume them.
+        let drain = tokio::spawn(async move {
+            let mut count = 0;
+            while effects.recv().await.is_some() {
+                count += 1;
+            }
+            count
+        });
+        Ok(Self {
+            objects,
+            supervisor,
+            drain,
+        })
+    }
+}
+
+impl Population for Supervised {
+    async fn spawn_all(&mut self) -> anyhow::Result<()> {
+        for object in self.objects.drain(..) {
+            self.supervisor.observe(object);
+        }
+        self.objects.shrink_to_fit();
+        Ok(())
+    }
+
+    async fn stop_all(self) -> anyhow::Result<()> {
+        let report = self.supervisor.shutdown().await;
+        anyhow::ensure!(
+            report.abandoned.is_empty(),
+            "{} instances were abandoned at shutdown",
+            report.abandoned.len()
+        );
+        let stats = self.supervisor.stats();
+        eprintln!("supervisor stats at exit: {stats:?}");
+        drop(self.supervisor);
+        self.drain.abort();
+        Ok(())
+    }
+}

@@ -1,0 +1,79 @@
+//! The kopf-rs arm of the benchmark: the same handlers as `bench/python/operator.py`, written
+//! with `#[timer]` / `#[daemon]`, run by `kopf_runtime::Operator` with its defaults (finalizers
+//! on, the default client-side request limits, human logs at the default level) until SIGTERM.
+//!
+//! Usage: `bench-kopf-rs timers | daemons | timers-write` with `BENCH_FIRES` (the fire log).
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use kopf_bench::firelog::unix_nanos;
+use kopf_bench::names::NAMESPACE;
+use kopf_bench::{FireLog, Tag};
+use kopf_examples::crd::KopfExample;
+use kopf_runtime::{HandlerResult, LogFormat, Operator, Registry, Stopper, daemon, timer};
+use kube::ResourceExt as _;
+use serde_json::{Value, json};
+
+/// The fire log, opened in `main` before the operator starts.
+static LOG: OnceLock<FireLog> = OnceLock::new();
+
+fn record(tag: Tag, obj: &KopfExample) {
+    if let Some(log) = LOG.get() {
+        log.record(tag, &obj.name_any());
+    }
+}
+
+/// Scenario 1 (and 3, 4): a timer every second that does no API write.
+#[timer(interval = "1s")]
+async fn tick_timer(obj: Arc<KopfExample>) -> HandlerResult {
+    record(Tag::Fire, &obj);
+    Ok(())
+}
+
+/// Scenario 6: a timer every second whose small result is stored under `status.tick`.
+#[timer(interval = "1s", id = "tick")]
+async fn tick_write(obj: Arc<KopfExample>) -> HandlerResult<Value> {
+    record(Tag::Fire, &obj);
+    Ok(json!({ "at": u64::try_from(unix_nanos()).unwrap_or(0) }))
+}
+
+/// Scenarios 2 and 5: a daemon that ticks every second until it is asked to stop.
+#[daemon]
+async fn tick_daemon(obj: Arc<KopfExample>, stopper: Stopper) -> HandlerResult {
+    loop {
+        record(Tag::Tick, &obj);
+        if stopper.sleep(Duration::from_secs(1)).await {
+            break;
+        }
+    }
+    record(Tag::Stop, &obj);
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let mode = std::env::args()
+        .nth(1)
+        .context("usage: bench-kopf-rs timers|daemons|timers-write")?;
+    let id = match mode.as_str() {
+        "timers" => "tick_timer",
+        "timers-write" => "tick",
+        "daemons" => "tick_daemon",
+        other => bail!("unknown mode {other:?}"),
+    };
+    let _ = LOG.set(FireLog::from_env()?);
+    let registry = Registry::from_inventory()?.select(&[id])?;
+    let result = Operator::builder()
+        .namespaces([NAMESPACE])
+        .registry(&registry)
+        .log_format(LogFormat::Human)
+        .run()
+        .await;
+    if let Some(log) = LOG.get() {
+        log.flush();
+    }
+    result?;
+    Ok(())
+}
