@@ -118,3 +118,29 @@ impl Journal {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn handler_events_are_recorded_and_other_lines_only_shown() {
+        let journal = Journal::new(Instant::now());
+        let lines = [
+            r#"{"level":"INFO","fields":{"message":"daemon stopped","demo":"daemon-stopped","object":"demo-c","reason":"resource deleted","beats":6},"target":"demo::handlers"}"#,
+            r#"{"level":"INFO","fields":{"message":"the operator has started","resources":1},"target":"kopf_runtime"}"#,
+            "not json at all",
+        ];
+        journal.clone().follow(lines.join("\n").as_bytes()).await;
+        let stops = journal.events("daemon-stopped", Some("demo-c"));
+        assert_eq!(stops.len(), 1);
+        assert_eq!(stops[0].reason.as_deref(), Some("resource deleted"));
+        assert_eq!(journal.count("daemon-stopped", None), 1);
+        assert_eq!(journal.count("daemon-started", None), 0);
+        assert!(
+            journal
+                .wait(Duration::ZERO, |j| j.count("daemon-stopped", None) == 1)
+                .await
+        );
+    }
+}
