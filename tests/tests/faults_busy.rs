@@ -91,7 +91,7 @@ async fn a_daemon_that_never_awaits_does_not_stall_the_others() -> anyhow::Resul
     })
     .await;
     assert_eq!(log.starts("busy", BUSY), 1);
-    assert!(log.running() >= 1 + calm.len() as u32);
+    assert!(log.running() > calm.len() as u32);
     let spun = spinning_since.elapsed();
 
     RELEASE.store(true, Ordering::SeqCst);

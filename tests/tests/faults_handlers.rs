@@ -64,6 +64,7 @@ async fn fh_ignores_stop(obj: Arc<KopfExample>, log: Data<InstanceLog>) {
 static RELEASE_BLOCKING: AtomicBool = AtomicBool::new(false);
 
 #[daemon(id = "fh-blocking", cancellation_timeout = "1s")]
+#[allow(clippy::needless_pass_by_value)] // handler parameters are injected by value
 fn fh_blocking(obj: Arc<KopfExample>, log: Data<InstanceLog>) {
     let _instance = log.enter(&obj, BLOCKING);
     let deadline = Instant::now() + Duration::from_secs(120);

@@ -65,7 +65,7 @@ fn lenient_crd() -> anyhow::Result<CustomResourceDefinition> {
     Ok(crd)
 }
 
-fn object(name: &str, spec: serde_json::Value) -> serde_json::Value {
+fn object(name: &str, spec: &serde_json::Value) -> serde_json::Value {
     json!({
         "apiVersion": "faults.kopf.dev/v1",
         "kind": "FaultyThing",
@@ -100,24 +100,24 @@ async fn hostile_objects_are_skipped_and_every_other_object_is_served() -> anyho
     let labels: BTreeMap<String, String> = (0..200)
         .map(|i| (format!("label-{i}"), format!("value-{i}")))
         .collect();
-    let mut many_labels = object("many-labels", json!({ "size": 2 }));
+    let mut many_labels = object("many-labels", &json!({ "size": 2 }));
     many_labels["metadata"]["labels"] = serde_json::to_value(&labels)?;
     let mut unicode = object(
         "unicode",
-        json!({ "size": 3, "note": "Grüße, 世界 🌍 \u{202e}txt" }),
+        &json!({ "size": 3, "note": "Grüße, 世界 🌍 \u{202e}txt" }),
     );
     unicode["metadata"]["annotations"] = json!({ "kopf.dev/note": "ünïcödé ✓ 🚀" });
     let good = [
-        object("good", json!({ "size": 1 })),
-        object("big", json!({ "size": 1, "note": big })),
+        object("good", &json!({ "size": 1 })),
+        object("big", &json!({ "size": 1, "note": big })),
         many_labels,
         unicode,
     ];
     let bad = [
-        object("wrong-type", json!({ "size": "three" })),
-        object("missing-field", json!({ "note": "no size" })),
-        object("negative", json!({ "size": -1 })),
-        object("fractional", json!({ "size": 1.5 })),
+        object("wrong-type", &json!({ "size": "three" })),
+        object("missing-field", &json!({ "note": "no size" })),
+        object("negative", &json!({ "size": -1 })),
+        object("fractional", &json!({ "size": 1.5 })),
     ];
     for body in good.iter().chain(&bad) {
         let _ = raw
