@@ -473,3 +473,27 @@ async fn instance_flags_carry_the_lifecycle_reason() {
     );
     assert_eq!(flag.since(), Some(h.log.t0 + ms(1000)));
 }
+
+#[test]
+fn dropping_the_runtime_ends_instances_without_starting_new_ones() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    let h = rt.block_on(async {
+        let h = Harness::new(vec![waiting("d")]);
+        h.observe(&Obj::new("u1"));
+        h.at(1000).await;
+        h
+    });
+    assert_eq!(h.stats().daemons_running, 1);
+    drop(rt);
+    assert_eq!(h.log.call_times("d"), vec![0]);
+    let s = h.stats();
+    assert_eq!(
+        (s.objects, s.daemons_running, s.daemons_stopping),
+        (1, 0, 0)
+    );
+    assert!(h.sup.holds_finalizer("u1"), "the object still matches");
+}

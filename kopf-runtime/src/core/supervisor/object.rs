@@ -99,7 +99,12 @@ impl Inner {
     /// Brings one object's instances in line with what it needs now: stops what must stop,
     /// starts what may start, sends a finalizer transition, forgets a gone object.
     pub(crate) fn reconcile(self: &Arc<Self>, state: &mut State, uid: &Arc<str>) {
-        let may_spawn = !state.paused && state.shutdown.allows_spawning();
+        self.reconcile_with(state, uid, true);
+    }
+
+    /// [`Inner::reconcile`], optionally without starting anything.
+    fn reconcile_with(self: &Arc<Self>, state: &mut State, uid: &Arc<str>, spawn: bool) {
+        let may_spawn = spawn && !state.paused && state.shutdown.allows_spawning();
         let paused = state.paused;
         let mut spawned = 0;
         let Some(entry) = state.objects.get_mut(uid) else {
@@ -191,7 +196,7 @@ impl Inner {
         let kind = self.handlers[index].spec().kind;
         state.record_exit(reference, self.handlers[index].spec().id, kind, exit);
         self.active.send_modify(|n| *n = n.saturating_sub(1));
-        self.reconcile(&mut state, uid);
+        self.reconcile_with(&mut state, uid, exit != Exit::Dropped);
     }
 
     /// Pauses or resumes spawning; pausing stops every instance with `OPERATOR_PAUSING`.

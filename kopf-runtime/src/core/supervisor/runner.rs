@@ -84,7 +84,7 @@ impl Runner {
             index: self.index,
             generation: self.generation,
             shared: Arc::clone(&self.shared),
-            exit: Exit::Cancelled,
+            exit: Exit::Dropped,
         };
         tracing::debug!(object = %self.reference, handler = self.spec.id, "{} started", self.kind());
         guard.exit = match self.spec.kind {

@@ -67,7 +67,7 @@ impl State {
         if let ShutdownPhase::Running(report) = &mut self.shutdown {
             let list = match exit {
                 Exit::Done | Exit::Exited => &mut report.exited,
-                Exit::Cancelled => &mut report.cancelled,
+                Exit::Cancelled | Exit::Dropped => &mut report.cancelled,
                 Exit::Abandoned => &mut report.abandoned,
             };
             list.push((object, handler));

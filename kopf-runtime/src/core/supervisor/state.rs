@@ -237,6 +237,8 @@ pub(crate) enum Exit {
     Cancelled,
     /// Abandoned by the stop ladder or the shutdown deadline.
     Abandoned,
+    /// The task was dropped before it ended (the runtime is shutting down): nothing respawns.
+    Dropped,
 }
 
 #[cfg(test)]
