@@ -23,7 +23,7 @@ use super::limits::{RateLimitLayer, RateLimiter, RequestStats};
 use super::logging::init_logging;
 use super::objects::KindState;
 use super::patch::{KubePatchSink, StatusMode};
-use crate::core::handler::ErasedHandler;
+use crate::core::handler::{ErasedHandler, Services};
 use crate::core::resource::ResourceInfo;
 use crate::core::sink::PatchSinkHandle;
 use crate::core::supervisor::{ShutdownReport, Stats, Supervisor, SupervisorConfig};
@@ -59,6 +59,16 @@ impl std::fmt::Debug for Operator {
             .field("health_addr", &self.health_addr)
             .finish_non_exhaustive()
     }
+}
+
+/// What every resource kind of one operator shares.
+struct Shared {
+    client: Client,
+    services: Services,
+    poster: Arc<EventPoster>,
+    writes: Arc<Semaphore>,
+    cap: Option<Arc<Semaphore>>,
+    watch_stop: CancellationToken,
 }
 
 /// A snapshot of one resource kind's state.
@@ -259,9 +269,6 @@ impl OperatorBuilder {
         let handlers = self.take_handlers()?;
         let (client, limiter) = self.make_client().await?;
         let writes = Arc::new(Semaphore::new(self.max_writes_in_flight));
-        let cap = self
-            .max_concurrent_handlers
-            .map(|n| Arc::new(Semaphore::new(n)));
         let mut services = self.services.clone();
         services.insert(client.clone());
         services.insert(EventPoster::new(
@@ -269,78 +276,35 @@ impl OperatorBuilder {
             self.field_manager.clone(),
             writes.clone(),
         ));
-        let poster = services
-            .get::<EventPoster>()
-            .expect("the event poster was just inserted");
-
-        let watch_stop = CancellationToken::new();
-        let mut kinds = Vec::new();
-        let mut watches = Vec::new();
-        for (info, handlers) in handlers {
-            let ids: Vec<&'static str> = handlers.iter().map(|h| h.spec().id).collect();
-            let handlers = match &cap {
-                Some(cap) => handlers
-                    .into_iter()
-                    .map(|h| Capped::wrap(h, cap.clone()))
-                    .collect(),
-                None => handlers,
-            };
-            let writer = Writer {
-                client: client.clone(),
-                resource: Arc::new(api_resource(&info)),
-                info: info.clone(),
-                field_manager: self.field_manager.as_str().into(),
-                writes: writes.clone(),
-                retry: RetrySettings::default(),
-            };
-            let sink = KubePatchSink {
-                writer,
-                status: Arc::new(StatusMode::default()),
-                records: Arc::default(),
-            };
-            let mut kind_services = services.clone();
-            kind_services.insert(PatchSinkHandle(Arc::new(sink.clone())));
-            let config = SupervisorConfig {
-                shutdown_timeout: self.shutdown_timeout.saturating_sub(Duration::from_secs(1)),
-                finalizer: self.finalizer.clone().into(),
-                ..SupervisorConfig::default()
-            };
-            let (supervisor, mut effects) = Supervisor::new(handlers, kind_services, config);
-            let state = Arc::new(KindState::new(
-                info.clone(),
-                supervisor,
-                sink,
-                poster.clone(),
-                self.finalizer.as_str().into(),
-                CancellationToken::new(),
-            ));
-            let streams = if info.namespaced && !self.namespaces.is_empty() {
-                self.namespaces.len()
-            } else {
-                1
-            };
-            let kind_health = Arc::new(KindHealth::new(info.to_string(), streams));
-            let scope = Scope {
-                namespaces: self.namespaces.clone(),
-                label_selector: self.label_selector.clone(),
-            };
-            let effects_state = state.clone();
-            let effects_stop = state.stop.clone();
-            tokio::spawn(async move {
-                while let Some(Some(effect)) =
-                    effects_stop.run_until_cancelled(effects.recv()).await
-                {
-                    effects_state.effect(effect);
-                }
-            });
-            let (s, h, stop) = (state.clone(), kind_health.clone(), watch_stop.clone());
-            watches.push(tokio::spawn(kind::serve(s, scope, h, ids, stop)));
-            kinds.push((state, kind_health));
-        }
+        let shared = Shared {
+            poster: services
+                .get::<EventPoster>()
+                .expect("the event poster was just inserted"),
+            services,
+            client,
+            writes,
+            cap: self
+                .max_concurrent_handlers
+                .map(|n| Arc::new(Semaphore::new(n))),
+            watch_stop: CancellationToken::new(),
+        };
+        let planned: Vec<_> = handlers
+            .into_iter()
+            .map(|(info, handlers)| {
+                let streams = if info.namespaced && !self.namespaces.is_empty() {
+                    self.namespaces.len()
+                } else {
+                    1
+                };
+                let health = Arc::new(KindHealth::new(info.to_string(), streams));
+                (info, handlers, health)
+            })
+            .collect();
         let health = Arc::new(Health {
-            kinds: kinds.iter().map(|(_, h)| h.clone()).collect(),
+            kinds: planned.iter().map(|(_, _, h)| h.clone()).collect(),
         });
         let probe_stop = CancellationToken::new();
+        // The last await: once the probes are served, everything else starts without waiting.
         let health_addr = match self.health_addr {
             Some(addr) => Some(
                 health::serve(addr, health.clone(), probe_stop.clone())
@@ -349,17 +313,90 @@ impl OperatorBuilder {
             ),
             None => None,
         };
+        let mut kinds = Vec::new();
+        let mut watches = Vec::new();
+        for (info, handlers, kind_health) in planned {
+            let (state, watch) = self.spawn_kind(&shared, info, handlers, kind_health.clone());
+            kinds.push((state, kind_health));
+            watches.push(watch);
+        }
         info!(resources = kinds.len(), namespaces = ?self.namespaces, "the operator has started");
         Ok(Operator {
             kinds,
             health,
             limiter,
-            watch_stop,
+            watch_stop: shared.watch_stop,
             probe_stop,
             watches,
             health_addr,
             shutdown_timeout: self.shutdown_timeout,
         })
+    }
+
+    /// Starts serving one resource kind: its supervisor, its effects and its watches.
+    fn spawn_kind(
+        &self,
+        shared: &Shared,
+        info: ResourceInfo,
+        handlers: Vec<Arc<dyn ErasedHandler>>,
+        health: Arc<KindHealth>,
+    ) -> (Arc<KindState>, JoinHandle<()>) {
+        let ids: Vec<&'static str> = handlers.iter().map(|h| h.spec().id).collect();
+        let handlers = match &shared.cap {
+            Some(cap) => handlers
+                .into_iter()
+                .map(|h| Capped::wrap(h, cap.clone()))
+                .collect(),
+            None => handlers,
+        };
+        let writer = Writer {
+            client: shared.client.clone(),
+            resource: Arc::new(api_resource(&info)),
+            info: info.clone(),
+            field_manager: self.field_manager.as_str().into(),
+            writes: shared.writes.clone(),
+            retry: RetrySettings::default(),
+        };
+        let sink = KubePatchSink {
+            writer,
+            status: Arc::new(StatusMode::default()),
+            records: Arc::default(),
+        };
+        let mut services = shared.services.clone();
+        services.insert(PatchSinkHandle(Arc::new(sink.clone())));
+        let config = SupervisorConfig {
+            shutdown_timeout: self.shutdown_timeout.saturating_sub(Duration::from_secs(1)),
+            finalizer: self.finalizer.clone().into(),
+            ..SupervisorConfig::default()
+        };
+        let (supervisor, mut effects) = Supervisor::new(handlers, services, config);
+        let finalizer = self.finalizer.as_str().into();
+        let state = Arc::new(KindState::new(
+            info,
+            supervisor,
+            sink,
+            shared.poster.clone(),
+            finalizer,
+            CancellationToken::new(),
+        ));
+        let (effects_state, effects_stop) = (state.clone(), state.stop.clone());
+        tokio::spawn(async move {
+            while let Some(Some(effect)) = effects_stop.run_until_cancelled(effects.recv()).await {
+                effects_state.effect(effect);
+            }
+        });
+        let scope = Scope {
+            namespaces: self.namespaces.clone(),
+            label_selector: self.label_selector.clone(),
+        };
+        let watch = tokio::spawn(kind::serve(
+            state.clone(),
+            scope,
+            health,
+            ids,
+            shared.watch_stop.clone(),
+        ));
+        (state, watch)
     }
 
     /// Runs the operator until `stop` completes, then shuts it down.
