@@ -1,0 +1,11 @@
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+use kopf_runtime::{Stopper, daemon, timer};
+
+use kopf_runtime::Live;
+
+#[daemon]
+fn monitor(pod: Live<Pod>, stopper: Stopper) {}
+
+fn main() {}

@@ -1,0 +1,9 @@
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+use kopf_runtime::{Stopper, daemon, timer};
+
+#[daemon(crate = "not a path")]
+async fn monitor(pod: Arc<Pod>) {}
+
+fn main() {}

@@ -1,0 +1,11 @@
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+use kopf_runtime::{Stopper, daemon, timer};
+
+#[daemon]
+async fn monitor(pod: Arc<Pod>) -> Result<u32, std::io::Error> {
+    Ok(1)
+}
+
+fn main() {}

@@ -1,0 +1,9 @@
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+use kopf_runtime::{Stopper, daemon, timer};
+
+#[timer(interval = 30)]
+async fn tick(pod: Arc<Pod>) {}
+
+fn main() {}
