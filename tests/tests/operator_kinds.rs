@@ -306,3 +306,62 @@ async fn health_probes_report_liveness_and_the_initial_list() -> anyhow::Result<
     ns.cleanup().await?;
     Ok(())
 }
+
+#[tokio::test]
+async fn an_object_leaving_the_label_selector_is_released() -> anyhow::Result<()> {
+    let (ns, api) = example_namespace().await?;
+    let journal = Journal::default();
+    let op = operator(&ns, &["kinds-example"])
+        .await?
+        .label_selector("managed=yes")
+        .data(journal.clone())
+        .start()
+        .await?;
+
+    create_with(&api, "selected", &[], &[("managed", "yes")]).await?;
+    create_with(&api, "ignored", &[], &[("managed", "no")]).await?;
+    journal.wait_for("selected", "started", 1).await;
+    wait_finalizer(&api, "selected", true).await;
+    // The other object is outside the selector: the operator never sees it.
+    assert!(journal.of("ignored").is_empty());
+    assert!(finalizers(&api, "ignored").await.is_empty());
+
+    set_label(&api, "selected", "managed", Some("no")).await?;
+    wait_finalizer(&api, "selected", false).await; // released: it is no longer the operator's
+    assert_eq!(op.stats().kinds[0].supervisor.objects, 0);
+
+    op.shutdown().await;
+    ns.cleanup().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn several_namespaces_are_watched_and_no_other() -> anyhow::Result<()> {
+    let (ns_a, api_a) = example_namespace().await?;
+    let (ns_b, api_b) = example_namespace().await?;
+    let (ns_c, api_c) = example_namespace().await?;
+    let journal = Journal::default();
+    let op = operator(&ns_a, &["kinds-example"])
+        .await?
+        .namespaces([ns_a.name(), ns_b.name()])
+        .data(journal.clone())
+        .start()
+        .await?;
+
+    create(&api_c, "outside", "c").await?;
+    create(&api_a, "in-a", "a").await?;
+    create(&api_b, "in-b", "b").await?;
+    journal.wait_for("in-a", "started", 1).await;
+    journal.wait_for("in-b", "started", 1).await;
+    wait_finalizer(&api_a, "in-a", true).await;
+    wait_finalizer(&api_b, "in-b", true).await;
+    assert!(journal.of("outside").is_empty());
+    assert!(finalizers(&api_c, "outside").await.is_empty());
+    assert_eq!(op.stats().kinds[0].objects, 2);
+
+    op.shutdown().await;
+    for ns in [ns_a, ns_b, ns_c] {
+        ns.cleanup().await?;
+    }
+    Ok(())
+}

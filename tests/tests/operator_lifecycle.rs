@@ -6,7 +6,7 @@ mod operator_common;
 use std::sync::Arc;
 
 use kopf_examples::crd::KopfExample;
-use kopf_runtime::{Data, Stopper, daemon, timer};
+use kopf_runtime::{Data, Live, Stopper, daemon, timer};
 use operator_common::*;
 
 #[daemon(id = "lifecycle-daemon")]
@@ -38,6 +38,26 @@ async fn lifecycle_nofinalizer(
     let name = obj.metadata.name.clone().unwrap_or_default();
     journal.record(&name, "tick");
     Ok(1)
+}
+
+/// Records every value of `spec.field` it sees through its live view.
+#[daemon(id = "lifecycle-live")]
+async fn lifecycle_live(mut live: Live<KopfExample>, stopper: Stopper, journal: Data<Journal>) {
+    let first = live.get();
+    let name = first.metadata.name.clone().unwrap_or_default();
+    journal.record(
+        &name,
+        format!("field {}", first.spec.field.clone().unwrap_or_default()),
+    );
+    loop {
+        tokio::select! {
+            () = stopper.stopped() => return,
+            latest = live.changed() => match latest {
+                Some(obj) => journal.record(&name, format!("field {}", obj.spec.field.clone().unwrap_or_default())),
+                None => return,
+            },
+        }
+    }
 }
 
 #[tokio::test]
@@ -215,4 +235,80 @@ async fn wait_until_finalizers(api: &kube::Api<KopfExample>, name: &str, expecte
         || async { finalizers(api, name).await == expected },
     )
     .await;
+}
+
+#[tokio::test]
+async fn a_running_daemon_sees_every_change_of_its_object() -> anyhow::Result<()> {
+    let (ns, api) = example_namespace().await?;
+    let journal = Journal::default();
+    let op = operator(&ns, &["lifecycle-live"])
+        .await?
+        .data(journal.clone())
+        .start()
+        .await?;
+
+    create(&api, "watched", "v0").await?;
+    journal.wait_for("watched", "field v0", 1).await;
+    for i in 1..=3 {
+        let patch = serde_json::json!({"spec": {"field": format!("v{i}")}});
+        api.patch(
+            "watched",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await?;
+        journal.wait_for("watched", &format!("field v{i}"), 1).await;
+    }
+    let fields: Vec<String> = journal
+        .of("watched")
+        .into_iter()
+        .filter(|e| e.starts_with("field v"))
+        .collect();
+    let mut distinct = fields.clone();
+    distinct.dedup();
+    assert_eq!(
+        distinct,
+        ["field v0", "field v1", "field v2", "field v3"],
+        "in order: {fields:?}"
+    );
+
+    op.shutdown().await;
+    ns.cleanup().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_handler_cap_holds_back_daemons_until_a_slot_frees() -> anyhow::Result<()> {
+    let (ns, api) = example_namespace().await?;
+    let journal = Journal::default();
+    let op = operator(&ns, &["lifecycle-daemon"])
+        .await?
+        .max_concurrent_handlers(1)
+        .data(journal.clone())
+        .start()
+        .await?;
+
+    create(&api, "first", "a").await?;
+    journal.wait_for("first", "started", 1).await;
+    create(&api, "second", "b").await?;
+    // The second object is processed (its finalizer is added) but its daemon waits for a slot.
+    wait_finalizer(&api, "second", true).await;
+    assert_eq!(
+        op.stats().kinds[0].supervisor.daemons_running,
+        2,
+        "both instances exist"
+    );
+    assert!(
+        journal.of("second").is_empty(),
+        "{:?}",
+        journal.of("second")
+    );
+
+    delete(&api, "first").await?;
+    wait_gone(&api, "first").await;
+    journal.wait_for("second", "started", 1).await;
+
+    op.shutdown().await;
+    ns.cleanup().await?;
+    Ok(())
 }
