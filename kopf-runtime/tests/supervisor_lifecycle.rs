@@ -497,3 +497,19 @@ fn dropping_the_runtime_ends_instances_without_starting_new_ones() {
     );
     assert!(h.sup.holds_finalizer("u1"), "the object still matches");
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_debug_output_shows_the_handlers_and_the_stats() {
+    let h = Harness::new(vec![
+        waiting("d"),
+        timer("t").with(|s| s.schedule.interval = Some(secs(1))),
+    ]);
+    h.observe(&Obj::new("u1"));
+    h.at(500).await;
+    let text = format!("{:?}", h.sup);
+    assert!(
+        text.starts_with("Supervisor { handlers: 2, stats: Stats { objects: 1, daemons_running: 1"),
+        "{text}"
+    );
+    assert!(text.contains("timers_running: 1"), "{text}");
+}

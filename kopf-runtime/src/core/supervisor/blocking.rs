@@ -169,6 +169,17 @@ mod tests {
         assert!(format!("{pool:?}").contains("capacity: 1"));
     }
 
+    #[test]
+    fn the_pool_reports_its_capacity_and_use() {
+        let pool = BlockingPool::new(3);
+        let held = [pool.try_acquire().unwrap(), pool.try_acquire().unwrap()];
+        assert_eq!((pool.capacity(), pool.in_use()), (3, 2));
+        assert_eq!(pool.clone().in_use(), 2, "clones share the cap");
+        drop(held);
+        assert_eq!(pool.in_use(), 0);
+        assert_eq!(BlockingPool::new(0).capacity(), 1);
+    }
+
     #[tokio::test]
     async fn a_panic_is_caught_and_sent_back() {
         let pool = BlockingPool::new(2);
