@@ -2,7 +2,7 @@
 //! function unchanged plus every error (so IDEs keep working); dump with `KOPF_MACROS_DEBUG=1`.
 
 use proc_macro2::{Span, TokenStream};
-use quote::ToTokens;
+use quote::{ToTokens, quote};
 use syn::ItemFn;
 
 use crate::model::{HandlerModel, Kind};
@@ -37,10 +37,21 @@ pub(crate) fn expand(kind: Kind, args: TokenStream, item: TokenStream) -> TokenS
             return out;
         }
     };
-    let mut out = func.to_token_stream();
+    let mut out = TokenStream::new();
     match model(kind, args, &func) {
-        Ok(model) => out.extend(codegen::generate(&model)),
-        Err(errors) => out.extend(errors.write_errors()),
+        Ok(model) => {
+            // The framework dictates how parameters come in (by value, as many as injected):
+            // these lints would flag every handler.
+            out.extend(
+                quote!(#[allow(clippy::needless_pass_by_value, clippy::too_many_arguments)]),
+            );
+            out.extend(func.to_token_stream());
+            out.extend(codegen::generate(&model));
+        }
+        Err(errors) => {
+            out.extend(func.to_token_stream());
+            out.extend(errors.write_errors());
+        }
     }
     if std::env::var_os("KOPF_MACROS_DEBUG").is_some_and(|v| v == "1") {
         eprintln!(

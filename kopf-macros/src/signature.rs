@@ -137,8 +137,8 @@ mod tests {
 
     use super::*;
 
-    fn errors_of(func: ItemFn) -> Vec<String> {
-        analyze(&func)
+    fn errors_of(func: &ItemFn) -> Vec<String> {
+        analyze(func)
             .unwrap_err()
             .into_iter()
             .map(|e| e.to_string())
@@ -171,7 +171,7 @@ mod tests {
 
     #[test]
     fn reports_all_problems_together() {
-        let errors = errors_of(parse_quote! {
+        let errors = errors_of(&parse_quote! {
             unsafe fn f<T>(&self, a: impl Send, b: &Stopper) {}
         });
         assert_eq!(errors.len(), 5, "{errors:#?}");
@@ -184,7 +184,7 @@ mod tests {
 
     #[test]
     fn extern_abi_is_rejected() {
-        let errors = errors_of(parse_quote!(
+        let errors = errors_of(&parse_quote!(
             extern "C" fn f() {}
         ));
         assert!(errors[0].contains("extern"));

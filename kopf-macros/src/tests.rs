@@ -291,3 +291,73 @@ fn non_function_items_are_rejected() {
     assert!(out.contains("goes on a function"), "{out}");
     assert!(out.contains("struct S"), "{out}");
 }
+
+mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    const OPTIONS: &[&str] = &[
+        "id",
+        "errors",
+        "backoff",
+        "retries",
+        "retry_timeout",
+        "timeout",
+        "initial_delay",
+        "labels",
+        "annotations",
+        "field",
+        "value",
+        "when",
+        "finalizer",
+        "crate",
+        "cancellation_backoff",
+        "cancellation_timeout",
+        "cancellation_polling",
+        "interval",
+        "sharp",
+        "idle",
+        "jitter",
+        "once",
+        "group",
+        "version",
+        "plural",
+        "kind",
+        "namespaced",
+    ];
+
+    proptest! {
+        /// Any option name with any simple value: a model or errors, never a panic.
+        #[test]
+        fn arbitrary_options_never_panic(
+            name in "[a-z_]{1,24}",
+            value in prop_oneof![
+                Just(quote!("5s")), Just(quote!(3)), Just(quote!(true)), Just(quote!(path::f)),
+                Just(quote!(-1)), Just(quote!("")), Just(quote!(1.5)),
+            ],
+            daemon in any::<bool>(),
+        ) {
+            let ident = syn::Ident::new(&name, proc_macro2::Span::call_site());
+            let kind = if daemon { Kind::Daemon } else { Kind::Timer };
+            let _ = build(kind, quote!(#ident = #value), pod_daemon());
+        }
+
+        /// An unknown name is always an error that names it.
+        #[test]
+        fn unknown_options_are_named(name in "[a-z]{3,12}_x") {
+            prop_assume!(!OPTIONS.contains(&name.as_str()));
+            let ident = syn::Ident::new(&name, proc_macro2::Span::call_site());
+            let e = errors(Kind::Timer, quote!(once, #ident = "1s"), pod_daemon());
+            prop_assert!(e.iter().any(|e| e.contains(&name)), "{:?}", e);
+        }
+
+        /// Every positive millisecond interval reaches the model unchanged.
+        #[test]
+        fn intervals_round_trip(ms in 1_u64..100_000_000) {
+            let text = format!("{ms}ms");
+            let m = build(Kind::Timer, quote!(interval = #text), pod_daemon()).unwrap();
+            prop_assert_eq!(m.schedule.interval, Some(std::time::Duration::from_millis(ms)));
+        }
+    }
+}

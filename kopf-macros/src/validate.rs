@@ -129,19 +129,19 @@ pub(crate) fn schedule(kind: Kind, args: &RawArgs, attr: Span) -> darling::Resul
         return Ok(Schedule::default()); // timer options were already reported by name
     }
     let mut errors = darling::Error::accumulator();
-    if let (Some(once), true) = (&args.once, schedule.once) {
-        if schedule.interval.is_some() || schedule.idle.is_some() {
-            errors.push(err(
-                "`once` contradicts `interval`/`idle`: a one-shot timer runs exactly once per \
-                 object; remove `once` for a repeating timer",
-                once.span(),
-            ));
-        }
+    if let (Some(once), true) = (&args.once, schedule.once)
+        && (schedule.interval.is_some() || schedule.idle.is_some())
+    {
+        errors.push(err(
+            "`once` contradicts `interval`/`idle`: a one-shot timer runs exactly once per \
+             object; remove `once` for a repeating timer",
+            once.span(),
+        ));
     }
-    if let (Some(sharp), true) = (&args.sharp, schedule.sharp) {
-        if schedule.interval.is_none() {
-            errors.push(err("`sharp` needs an `interval` to keep to", sharp.span()));
-        }
+    if let (Some(sharp), true) = (&args.sharp, schedule.sharp)
+        && schedule.interval.is_none()
+    {
+        errors.push(err("`sharp` needs an `interval` to keep to", sharp.span()));
     }
     if schedule.interval.is_none() && schedule.idle.is_none() && !schedule.once {
         errors.push(err(
@@ -205,16 +205,17 @@ pub(crate) fn meta_filters(
                 entry.key_span,
             ));
         }
-        if let (true, MetaCondition::Equals(value)) = (labels, &entry.condition) {
-            if !value.is_empty() && !label_name_ok(value) {
-                errors.push(err(
-                    format!(
-                        "\"{value}\" can never match: label values are at most 63 letters, \
-                         digits, `-`, `_` or `.`, starting and ending alphanumeric"
-                    ),
-                    entry.value_span,
-                ));
-            }
+        if let (true, MetaCondition::Equals(value)) = (labels, &entry.condition)
+            && !value.is_empty()
+            && !label_name_ok(value)
+        {
+            errors.push(err(
+                format!(
+                    "\"{value}\" can never match: label values are at most 63 letters, digits, \
+                     `-`, `_` or `.`, starting and ending alphanumeric"
+                ),
+                entry.value_span,
+            ));
         }
         out.push((entry.key.clone(), entry.condition.clone()));
     }

@@ -103,20 +103,21 @@ fn bad_patch(_config: Arc<ConfigMap>, patch: Patch) {
 
 fn handler(id: &str) -> Arc<dyn ErasedHandler> {
     Registry::from_inventory()
-        .unwrap()
+        .expect("no duplicate ids")
         .get(id)
-        .unwrap()
+        .expect("the handler is registered")
         .handler()
 }
 
 fn config(name: &str, labels: Value, annotations: Value, data: Value) -> ObjectState {
-    ObjectState::from_json(json!({
+    let mut body = json!({
         "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": name, "namespace": "ns", "uid": "uid-1", "resourceVersion": "1",
-                     "labels": labels, "annotations": annotations},
-        "data": data,
-    }))
-    .unwrap()
+        "metadata": {"name": name, "namespace": "ns", "uid": "uid-1", "resourceVersion": "1"},
+    });
+    body["metadata"]["labels"] = labels;
+    body["metadata"]["annotations"] = annotations;
+    body["data"] = data;
+    ObjectState::from_json(body).expect("a valid object")
 }
 
 fn matching() -> ObjectState {
@@ -148,7 +149,7 @@ fn invocation(
 async fn run(call: Call) -> Result<Output, HandlerError> {
     match call {
         Call::Async(future) => future.await,
-        Call::Blocking(body) => tokio::task::spawn_blocking(body).await.unwrap(),
+        Call::Blocking(body) => tokio::task::spawn_blocking(body).await.expect("no panic"),
     }
 }
 

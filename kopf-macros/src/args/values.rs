@@ -154,7 +154,7 @@ impl FromMeta for CratePath {
                 )
                 .with_span(other)),
             },
-            Expr::Path(p) if p.qself.is_none() => Ok(CratePath(p.path.clone())),
+            Expr::Path(p) if p.qself.is_none() => Ok(Self(p.path.clone())),
             Expr::Group(group) => Self::from_expr(&group.expr),
             other => Err(darling::Error::custom(
                 "expected a path in a string, e.g. \"::kopf_runtime\"",

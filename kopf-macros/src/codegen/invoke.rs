@@ -1,10 +1,11 @@
 //! `TypedHandler::invoke`: inject every parameter by type, call the user's function, convert
 //! its return value.
 
-use proc_macro2::{Span, TokenStream};
+use proc_macro2::{Delimiter, Group, Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 
+use super::respan;
 use crate::model::{HandlerModel, Kind};
 
 /// `let __kopf_arg_N = <Ty as Inject<K>>::inject(..)?;`, spanned on each parameter type so an
@@ -40,7 +41,7 @@ fn blocking_checks(model: &HandlerModel) -> Vec<TokenStream> {
 }
 
 /// `HandlerReturn::<Kind>::into_result(value)`, spanned on the return type.
-fn convert(model: &HandlerModel, value: TokenStream) -> TokenStream {
+fn convert(model: &HandlerModel, value: &TokenStream) -> TokenStream {
     let krate = &model.krate;
     let kind = match model.kind {
         Kind::Daemon => quote!(#krate::DaemonKind),
@@ -62,13 +63,16 @@ pub(crate) fn invoke_fn(model: &HandlerModel, object: &TokenStream) -> TokenStre
     let (lets, args) = injections(model, object);
     let call = quote!(#ident(#(#args),*));
     let (checks, run) = if model.sig.is_async {
-        let converted = convert(model, quote!(#call.await));
-        let future = quote_spanned! {ident.span()=>
-            async move { #converted }
-        };
-        (Vec::new(), quote!(__kopf_scope.run_async(#future)))
+        // Spanned on the function's name: a non-`Send` future is reported there, with rustc's
+        // note pointing at the value held across `.await` in the user's body.
+        let converted = convert(model, &quote!(#call.await));
+        let mut body = Group::new(Delimiter::Brace, converted);
+        body.set_span(ident.span());
+        let run = respan(quote!(__kopf_scope.run_async), ident.span());
+        let future = quote_spanned!(ident.span()=> async move #body);
+        (Vec::new(), quote!(#run(#future)))
     } else {
-        let converted = convert(model, call);
+        let converted = convert(model, &call);
         (
             blocking_checks(model),
             quote!(__kopf_scope.run_blocking(move || #converted)),

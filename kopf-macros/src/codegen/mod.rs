@@ -5,11 +5,30 @@
 mod invoke;
 mod spec;
 
-use proc_macro2::TokenStream;
+use proc_macro2::{Group, Span, TokenStream, TokenTree};
 use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
 
 use crate::model::{Delay, HandlerModel, Resource};
+
+/// Gives every token (recursively) `span`, so that a type error in generated code is reported
+/// on the user's token rather than on the attribute.
+pub(crate) fn respan(tokens: TokenStream, span: Span) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|tree| match tree {
+            TokenTree::Group(group) => {
+                let mut respanned = Group::new(group.delimiter(), respan(group.stream(), span));
+                respanned.set_span(span);
+                TokenTree::Group(respanned)
+            }
+            mut other => {
+                other.set_span(span);
+                other
+            }
+        })
+        .collect()
+}
 
 /// The type objects decode into.
 fn object_type(model: &HandlerModel) -> TokenStream {
@@ -97,6 +116,8 @@ pub(crate) fn generate(model: &HandlerModel) -> TokenStream {
 
             impl #krate::TypedHandler for __kopf_Handler {
                 #object_decl
+                // Struct updates keep the code compiling when the spec gains fields.
+                #[allow(clippy::needless_update)]
                 const SPEC: &'static #krate::HandlerSpec = &#spec;
                 #resource
                 #when

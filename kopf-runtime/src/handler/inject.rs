@@ -184,7 +184,7 @@ impl<K: DeserializeOwned + Send + Sync + 'static> Inject<K> for Arc<K> {
 
 impl<K: DeserializeOwned + Send + Sync + 'static> Inject<K> for Live<K> {
     fn inject(invocation: &Invocation) -> Result<Self, HandlerError> {
-        Live::new(invocation.live.clone()).map_err(|e| decode_error::<K>(invocation, &e))
+        Self::new(invocation.live.clone()).map_err(|e| decode_error::<K>(invocation, &e))
     }
 }
 
