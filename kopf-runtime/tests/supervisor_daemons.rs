@@ -443,3 +443,71 @@ async fn running_daemons_see_the_latest_version_through_the_live_channel() {
         ]
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_invoke_error_is_a_failed_invocation_and_is_retried() {
+    let d = daemon("d").with(|s| s.backoff = secs(2)).invoke_errors(1);
+    let h = Harness::new(vec![d]);
+    h.observe(&Obj::new("u1"));
+    h.at(10_000).await;
+    assert_eq!(h.log.calls("d"), vec![(0, 0), (2000, 1)]);
+    let message = "cannot inject a parameter: no such service".to_owned();
+    assert_eq!(h.failure_messages("d"), vec![message]);
+    assert_eq!(h.failures("d"), vec![(0, false)]);
+    assert_eq!(h.finalizer("u1"), vec![(0, true), (2000, false)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panic_in_invoke_is_caught_too() {
+    let d = daemon("d").with(|s| s.backoff = secs(2)).invoke_panics(1);
+    let h = Harness::new(vec![d]);
+    h.observe(&Obj::new("u1"));
+    h.at(10_000).await;
+    assert_eq!(h.log.calls("d"), vec![(0, 0), (2000, 1)]);
+    assert_eq!(
+        h.failure_messages("d"),
+        vec!["the handler panicked: a bug in invoke".to_owned()]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_patch_without_a_result_is_reported() {
+    let d = daemon("d").run(|_| async {
+        Ok(kopf_runtime::Output {
+            result: None,
+            patch: Some(json!({"spec": {"seen": true}})),
+        })
+    });
+    let h = Harness::new(vec![d]);
+    h.observe(&Obj::new("u1"));
+    h.at(1000).await;
+    let outputs: Vec<_> = h
+        .effects()
+        .into_iter()
+        .filter_map(|(at, e)| match e {
+            kopf_runtime::Effect::Output {
+                handler: "d",
+                result,
+                patch,
+                ..
+            } => Some((at, result, patch)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        outputs,
+        vec![(0, None, Some(json!({"spec": {"seen": true}})))]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_blocking_call_gets_a_thread_even_if_the_spec_says_async() {
+    let d = daemon("d")
+        .run_quick(|_| ok_result(json!(std::thread::current().name().map(str::to_owned))))
+        .with(|s| s.blocking = false);
+    let h = Harness::new(vec![d]);
+    h.observe(&Obj::new("u1"));
+    h.settle(|h| h.results("d").len() == 1).await;
+    assert_eq!(h.results("d"), vec![(0, Some(json!("kopf:d")))]);
+    h.settle(|h| h.stats().threads == 0).await;
+}

@@ -513,3 +513,45 @@ async fn the_debug_output_shows_the_handlers_and_the_stats() {
     );
     assert!(text.contains("timers_running: 1"), "{text}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn tracked_uids_are_sorted_and_exclude_gone_objects() {
+    let h = Harness::new(vec![stubborn("d", 5)]);
+    for uid in ["c", "a", "d", "b"] {
+        h.observe(&Obj::new(uid));
+    }
+    h.gone("d");
+    let uids: Vec<String> = h.sup.tracked_uids().iter().map(|u| u.to_string()).collect();
+    assert_eq!(uids, ["a", "b", "c"]);
+    assert_eq!(h.stats().objects, 4, "d is still stopping");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_blocking_timer_over_the_cap_is_counted_as_queued() {
+    let d = daemon("d").run_blocking(|ctx| {
+        ctx.block_until_stopped();
+        ok()
+    });
+    let t = timer("t")
+        .with(|s| s.schedule.interval = Some(secs(1)))
+        .run_quick(|_| ok());
+    let config = SupervisorConfig {
+        blocking: BlockingPool::new(1),
+        ..config()
+    };
+    let h = Harness::with_config(vec![d, t], config);
+    h.observe(&Obj::new("u1"));
+    h.at(1000).await;
+    let s = h.stats();
+    assert_eq!(
+        (s.daemons_running, s.timers_queued, s.timers_running),
+        (1, 1, 0)
+    );
+    assert!(h.log.calls("t").is_empty());
+    h.gone("u1");
+    h.settle(|h| h.stats().objects == 0).await;
+    assert!(
+        h.log.calls("t").is_empty(),
+        "a queued timer whose object is gone never runs"
+    );
+}

@@ -187,3 +187,28 @@ async fn abandoning_at_the_deadline_releases_a_deleting_objects_finalizer() {
     h.settle(|h| h.stats().threads == 0).await;
     assert_eq!(h.stats().objects, 1, "deleting, not gone: still tracked");
 }
+
+#[tokio::test(start_paused = true)]
+async fn abandoned_timers_are_counted_apart_from_daemons() {
+    let gate = Gate::default();
+    let g = gate.clone();
+    let t = timer("t")
+        .with(|s| (s.schedule.interval, s.cancellation_timeout) = (Some(secs(10)), Some(secs(2))))
+        .run_blocking(move |_| {
+            g.wait();
+            ok()
+        });
+    let h = Harness::new(vec![t]);
+    h.observe(&Obj::new("u1"));
+    h.at(1000).await;
+    h.observe(&Obj::new("u1").deleting());
+    h.at(5000).await;
+    let s = h.stats();
+    assert_eq!(
+        (s.timers_abandoned, s.daemons_abandoned, s.threads),
+        (1, 0, 1)
+    );
+    assert_eq!(h.finalizer("u1"), vec![(0, true), (3000, false)]);
+    gate.open();
+    h.settle(|h| h.stats().threads == 0).await;
+}

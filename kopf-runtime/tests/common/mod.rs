@@ -351,6 +351,15 @@ pub struct H {
     filter: Filter,
     delay_fn: Option<DelayFn>,
     body: Body,
+    fault: Option<Fault>,
+}
+
+/// `invoke()` itself fails for the first `calls` calls of each object (as an injection error
+/// would), or panics.
+#[derive(Clone, Copy)]
+struct Fault {
+    calls: u32,
+    panic: bool,
 }
 
 pub fn daemon(id: &'static str) -> H {
@@ -368,6 +377,7 @@ impl H {
             filter: Arc::new(|_| Ok(true)),
             delay_fn: None,
             body: Body::Async(Arc::new(|_| Box::pin(async { ok() }))),
+            fault: None,
         }
     }
 
@@ -399,6 +409,21 @@ impl H {
         f: impl Fn(&ObjectState) -> Option<Duration> + Send + Sync + 'static,
     ) -> Self {
         self.delay_fn = Some(Arc::new(f));
+        self
+    }
+
+    /// `invoke()` returns an error for the first `calls` calls of each object.
+    pub fn invoke_errors(mut self, calls: u32) -> Self {
+        self.fault = Some(Fault {
+            calls,
+            panic: false,
+        });
+        self
+    }
+
+    /// `invoke()` panics for the first `calls` calls of each object.
+    pub fn invoke_panics(mut self, calls: u32) -> Self {
+        self.fault = Some(Fault { calls, panic: true });
         self
     }
 
@@ -443,6 +468,7 @@ impl H {
             filter: self.filter,
             delay_fn: self.delay_fn,
             body: self.body,
+            fault: self.fault,
             log: log.clone(),
         })
     }
@@ -453,6 +479,7 @@ struct TestHandler {
     filter: Filter,
     delay_fn: Option<DelayFn>,
     body: Body,
+    fault: Option<Fault>,
     log: Log,
 }
 
@@ -486,6 +513,12 @@ impl ErasedHandler for TestHandler {
             .lock()
             .stoppers
             .push((uid.clone(), handler, inv.stopper.clone()));
+        if let Some(fault) = self.fault.filter(|f| call < f.calls) {
+            assert!(!fault.panic, "a bug in invoke");
+            return Err(HandlerError::msg(
+                "cannot inject a parameter: no such service",
+            ));
+        }
         let ctx = Ctx {
             inv,
             log: self.log.clone(),

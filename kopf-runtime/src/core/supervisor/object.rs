@@ -129,7 +129,7 @@ impl Inner {
                 spawned += 1;
             }
         }
-        if spawned > 0 {
+        if spawned != 0 {
             self.active.send_modify(|n| *n += spawned);
         }
         let hold = self.holds(entry);

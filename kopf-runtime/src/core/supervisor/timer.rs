@@ -66,7 +66,6 @@ pub(crate) async fn run(runner: &mut Runner) -> Exit {
             Cycle::Stopped(exit) => return exit,
             Cycle::Permanent => return runner.finished(),
             Cycle::Over if one_shot => return runner.finished(),
-            Cycle::Over if runner.stopping() => return Exit::Exited,
             Cycle::Over => {}
         }
     }
