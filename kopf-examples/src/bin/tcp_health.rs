@@ -14,7 +14,8 @@
 //! - **periodic patch flushes**: the status is written at most every 2 s, and only when
 //!   something changed (`Patch::flush`), while the daemon keeps running — in kopf a daemon's
 //!   patch is only applied when it exits;
-//! - a graceful stop: the stop flag is awaited next to the socket, so deletion is immediate.
+//! - a graceful stop: the stop flag is awaited next to the socket, and nothing is awaited after
+//!   it (the last status is sent after the return), so deletion is immediate.
 //!
 //! ## Run it
 //!
@@ -79,11 +80,8 @@ impl Health {
         self.dirty = true;
     }
 
-    /// Writes the health into `status.health` if it changed.
-    async fn flush(&mut self, patch: &Patch) {
-        if !self.dirty {
-            return;
-        }
+    /// Puts the health into the patch as `status.health` (without sending it).
+    fn stage(&self, patch: &Patch) {
         patch.status(
             "health",
             json!({
@@ -91,6 +89,14 @@ impl Health {
                 "disconnects": self.disconnects, "error": self.error,
             }),
         );
+    }
+
+    /// Writes the health into `status.health` now, if it changed.
+    async fn flush(&mut self, patch: &Patch) {
+        if !self.dirty {
+            return;
+        }
+        self.stage(patch);
         match patch.flush().await {
             Ok(()) => self.dirty = false,
             // Stays pending in the patch; the next flush (or the daemon's exit) retries it.
@@ -100,7 +106,7 @@ impl Health {
 }
 
 /// Mirrors the endpoint in `spec.field` into `status.health` until stopped.
-#[daemon(field = "spec.field", cancellation_timeout = "10s")]
+#[daemon(field = "spec.field", cancellation_backoff = "3s", cancellation_timeout = "10s")]
 async fn tcp_health(obj: Arc<KopfExample>, stopper: Stopper, patch: Patch) -> HandlerResult {
     let addr = obj.spec.field.clone().unwrap_or_default();
     info!(%addr, "mirroring the endpoint");
@@ -123,11 +129,17 @@ async fn tcp_health(obj: Arc<KopfExample>, stopper: Stopper, patch: Patch) -> Ha
                 "no connection to {addr} within {CONNECT_TIMEOUT:?}"
             )),
         }
+        if stopper.is_stopped() {
+            break;
+        }
         health.flush(&patch).await;
         if stopper.sleep(RECONNECT_AFTER).await {
             break;
         }
     }
+    // No `.await` after the stop flag: the daemon returns in the poll that saw the flag, and the
+    // staged status is sent after the return (unless the object is already gone).
+    health.stage(&patch);
     info!(reason = %stopper.reason(), lines = health.lines, "stopped mirroring");
     Ok(())
 }
