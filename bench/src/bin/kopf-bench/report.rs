@@ -238,7 +238,7 @@ fn targets(r: &Results) -> Vec<Target> {
 fn machine_section(r: &Results, md: &mut String) {
     let m = &r.machine;
     let _ = writeln!(md, "## Machine\n");
-    let _ = writeln!(md, "- date: {}", m.date);
+    let _ = writeln!(md, "- date: {}; commit {}", m.date, m.commit);
     let _ = writeln!(md, "- CPU: {} ({} cores visible)", m.cpu_model, m.nproc);
     let _ = writeln!(md, "- memory: {} GB; kernel {}", m.memory_gb, m.kernel);
     let _ = writeln!(

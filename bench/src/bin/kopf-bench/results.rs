@@ -43,6 +43,9 @@ pub(crate) struct Machine {
     pub(crate) python: String,
     pub(crate) kube_apiserver: String,
     pub(crate) build_profile: String,
+    /// The commit measured (`+dirty` when the work tree had changes).
+    #[serde(default)]
+    pub(crate) commit: String,
 }
 
 fn cmd_line(program: &str, args: &[&str]) -> String {
@@ -86,6 +89,16 @@ impl Machine {
                 "release"
             }
             .to_owned(),
+            commit: {
+                let dir = bench_dir.to_string_lossy();
+                let head = cmd_line("git", &["-C", &dir, "rev-parse", "--short", "HEAD"]);
+                let status = ["-C", &dir, "status", "--porcelain", "--untracked-files=no"];
+                if cmd_line("git", &status).is_empty() {
+                    head
+                } else {
+                    format!("{head}+dirty")
+                }
+            },
         }
     }
 }
