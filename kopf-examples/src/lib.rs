@@ -36,6 +36,7 @@ pub mod docs {
         Architecture => "docs/architecture.md",
         Daemons => "docs/daemons.md",
         Timers => "docs/timers.md",
+        Operations => "docs/operations.md",
     }
 }
 
