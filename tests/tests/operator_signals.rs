@@ -36,7 +36,7 @@ fn signals_stubborn(obj: Arc<KopfExample>) {
     std::thread::sleep(Duration::from_secs(60));
 }
 
-/// In a child process (`KOPF_SIGNALS_CHILD=<namespace>:<handler>:<shutdown seconds>`): runs an
+/// In a child process (`KOPF_SIGNALS_CHILD=<namespace>:<handler>:<shutdown seconds>:<log format>`): runs an
 /// operator until signalled. Otherwise: checks that `run` refuses invalid options before it
 /// installs any signal handler (so this test binary can still be interrupted).
 #[test]
@@ -59,6 +59,11 @@ fn child_operator() -> anyhow::Result<()> {
         parts.next().unwrap_or_default(),
         parts.next().unwrap_or("10"),
     );
+    let format = if parts.next() == Some("json") {
+        LogFormat::Json
+    } else {
+        LogFormat::Human
+    };
     runtime.block_on(async {
         let registry = Registry::from_inventory()?.select(&[handler])?;
         Operator::builder()
@@ -66,7 +71,7 @@ fn child_operator() -> anyhow::Result<()> {
             .namespaces([ns])
             .registry(&registry)
             .shutdown_timeout(Duration::from_secs(seconds.parse()?))
-            .log_format(LogFormat::Human)
+            .log_format(format)
             .run()
             .await?;
         eprintln!("CHILD run returned");
@@ -82,7 +87,12 @@ struct ChildOperator {
 }
 
 impl ChildOperator {
-    fn spawn(ns: &TestNamespace, handler: &str, shutdown_seconds: u64) -> anyhow::Result<Self> {
+    fn spawn(
+        ns: &TestNamespace,
+        handler: &str,
+        shutdown_seconds: u64,
+        format: &str,
+    ) -> anyhow::Result<Self> {
         let mut child = Command::new(std::env::current_exe()?)
             .args([
                 "--exact",
@@ -92,7 +102,7 @@ impl ChildOperator {
             ])
             .env(
                 CHILD_ENV,
-                format!("{}:{handler}:{shutdown_seconds}", ns.name()),
+                format!("{}:{handler}:{shutdown_seconds}:{format}", ns.name()),
             )
             .env("RUST_LOG", "kopf_runtime=info")
             .env("NO_COLOR", "1")
@@ -147,11 +157,12 @@ impl ChildOperator {
         let start = Instant::now();
         loop {
             if let Some(status) = self.child.try_wait()? {
-                // Collect the rest of stderr.
-                while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(1)) {
+                let took = start.elapsed();
+                // Collect the rest of stderr, up to its end (the pipe closes with the process).
+                while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(10)) {
                     self.seen.push(line);
                 }
-                return Ok((status.code(), start.elapsed()));
+                return Ok((status.code(), took));
             }
             if start.elapsed() > timeout {
                 self.child.kill()?;
@@ -171,7 +182,7 @@ async fn sigterm_stops_every_daemon_and_exits_zero_keeping_finalizers() -> anyho
     for name in ["s1", "s2"] {
         create(&api, name, "a").await?;
     }
-    let mut child = ChildOperator::spawn(&ns, "signals-polite", 10)?;
+    let mut child = ChildOperator::spawn(&ns, "signals-polite", 10, "human")?;
     let start = Duration::from_secs(60);
     child.wait_line("CHILD daemon s1 started", start)?;
     child.wait_line("CHILD daemon s2 started", start)?;
@@ -207,7 +218,7 @@ async fn sigterm_stops_every_daemon_and_exits_zero_keeping_finalizers() -> anyho
 async fn a_daemon_that_will_not_stop_is_abandoned_at_the_shutdown_timeout() -> anyhow::Result<()> {
     let (ns, api) = example_namespace().await?;
     create(&api, "stuck", "a").await?;
-    let mut child = ChildOperator::spawn(&ns, "signals-stubborn", 3)?;
+    let mut child = ChildOperator::spawn(&ns, "signals-stubborn", 3, "json")?;
     child.wait_line("CHILD daemon stuck started", Duration::from_secs(60))?;
 
     child.signal("TERM")?;
@@ -219,11 +230,16 @@ async fn a_daemon_that_will_not_stop_is_abandoned_at_the_shutdown_timeout() -> a
         "exited after {took:?}, before the daemon could be abandoned"
     );
     assert!(took < Duration::from_secs(3 + 2), "took {took:?}");
-    assert!(
-        child.seen.iter().any(|l| l.contains("abandoned=1")),
-        "stderr:\n{}",
-        child.seen.join("\n")
-    );
+    // JSON logs: one object per line; the summary names the abandoned instance's count.
+    let summary = child
+        .seen
+        .iter()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["fields"]["message"] == "every daemon and timer has stopped");
+    let summary =
+        summary.unwrap_or_else(|| panic!("no JSON summary in:\n{}", child.seen.join("\n")));
+    assert_eq!(summary["fields"]["abandoned"], 1, "{summary}");
+    assert_eq!(summary["level"], "INFO", "{summary}");
     ns.cleanup().await?;
     Ok(())
 }
@@ -232,7 +248,7 @@ async fn a_daemon_that_will_not_stop_is_abandoned_at_the_shutdown_timeout() -> a
 async fn a_second_signal_exits_at_once() -> anyhow::Result<()> {
     let (ns, api) = example_namespace().await?;
     create(&api, "stuck", "a").await?;
-    let mut child = ChildOperator::spawn(&ns, "signals-stubborn", 30)?;
+    let mut child = ChildOperator::spawn(&ns, "signals-stubborn", 30, "human")?;
     child.wait_line("CHILD daemon stuck started", Duration::from_secs(60))?;
 
     child.signal("TERM")?;

@@ -223,6 +223,13 @@ fn report_watch_error(
     err: &watcher::Error,
     last: &mut Option<String>,
 ) {
+    if let watcher::Error::WatchError(status) = err
+        && status.code == 410
+    {
+        // The resource version expired (routine after long quiet periods): the watcher relists.
+        debug!(resource = %state.info, namespace = %ns, "the watch expired; relisting");
+        return;
+    }
     let inner = match err {
         watcher::Error::InitialListFailed(e)
         | watcher::Error::WatchStartFailed(e)
