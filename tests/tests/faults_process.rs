@@ -54,10 +54,25 @@ fn append(kind: &str, obj: &KopfExample, extra: &str) {
     }
 }
 
-#[daemon(id = "fp-daemon")]
+/// Records `stop … dropped` if the daemon's future is dropped before it saw its stop.
+struct Dropped(Option<Arc<KopfExample>>);
+
+impl Drop for Dropped {
+    fn drop(&mut self) {
+        if let Some(obj) = self.0.take() {
+            append("stop", &obj, "dropped");
+        }
+    }
+}
+
+/// With a `cancellation_backoff`, the daemon is never cancelled before it sees its stop
+/// request: every instance must log exactly one stop with its reason.
+#[daemon(id = "fp-daemon", cancellation_backoff = "5s")]
 async fn fp_daemon(obj: Arc<KopfExample>, stopper: Stopper) {
     append("start", &obj, "");
+    let mut guard = Dropped(Some(Arc::clone(&obj)));
     stopper.stopped().await;
+    guard.0 = None;
     append("stop", &obj, &stopper.reason().to_string());
 }
 
@@ -341,6 +356,11 @@ async fn sigterm_during_a_mass_deletion() -> anyhow::Result<()> {
             "{name}: no stop seen"
         );
     }
+    let dropped: Vec<&Entry> = log.iter().filter(|e| e.reason == "dropped").collect();
+    assert!(
+        dropped.is_empty(),
+        "cancelled before seeing the stop: {dropped:?}"
+    );
 
     // Whatever the first one left is finished by the next one, without starting daemons.
     let mut second = spawn_child(ns.name(), &files.log, &files.output).await?;
