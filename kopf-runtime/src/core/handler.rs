@@ -89,7 +89,9 @@ pub struct Invocation {
     pub object: Arc<ObjectState>,
     /// The latest version of the object (updated on every watch event).
     pub live: watch::Receiver<Arc<ObjectState>>,
-    /// This instance's stop flag.
+    /// This invocation's stop flag: it gets the instance's stop reasons (deleted, mismatch,
+    /// pausing, exiting) as they happen, plus `HANDLER_TIMEOUT` and the ladder's steps for this
+    /// invocation only; a retry gets a fresh flag.
     pub stopper: Stopper,
     /// The attempt number within the current cycle, from 0.
     pub retry: u32,
