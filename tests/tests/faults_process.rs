@@ -239,6 +239,16 @@ async fn wait_logged(log: &Path, kind: &str, names: &[String], pid: u32, timeout
     .await;
 }
 
+/// Waits until the children writing to `output` have started `n` operators in all.
+async fn wait_for_operators(output: &Path, n: usize) {
+    let what = format!("{n} operators started (see {})", output.display());
+    wait_until(what, PROMPTLY, || async {
+        let text = std::fs::read_to_string(output).unwrap_or_default();
+        text.matches("the operator has started").count() >= n
+    })
+    .await;
+}
+
 struct Paths {
     log: PathBuf,
     output: PathBuf,
@@ -365,6 +375,8 @@ async fn sigterm_during_a_mass_deletion() -> anyhow::Result<()> {
     // Whatever the first one left is finished by the next one, without starting daemons.
     let mut second = spawn_child(ns.name(), &files.log, &files.output).await?;
     assert_gone(&api, &names).await;
+    // Signal it only once it runs (before, SIGTERM would end it with the default action).
+    wait_for_operators(&files.output, 2).await;
     second.sigterm().await?;
     let code = second
         .exit_code(SHUTDOWN_TIMEOUT + Duration::from_secs(5))
