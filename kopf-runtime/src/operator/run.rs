@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use kube::Client;
 use tokio::sync::Semaphore;
-use tokio::task::JoinHandle;
+use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
@@ -48,7 +48,7 @@ pub struct Operator {
     limiter: Option<Arc<RateLimiter>>,
     watch_stop: CancellationToken,
     probe_stop: CancellationToken,
-    watches: Vec<JoinHandle<()>>,
+    watches: Vec<AbortHandle>,
     health_addr: Option<SocketAddr>,
     shutdown_timeout: Duration,
 }
@@ -340,7 +340,7 @@ impl OperatorBuilder {
         info: ResourceInfo,
         handlers: Vec<Arc<dyn ErasedHandler>>,
         health: Arc<KindHealth>,
-    ) -> (Arc<KindState>, JoinHandle<()>) {
+    ) -> (Arc<KindState>, AbortHandle) {
         let ids: Vec<&'static str> = handlers.iter().map(|h| h.spec().id).collect();
         let handlers = match &shared.cap {
             Some(cap) => handlers
@@ -392,11 +392,20 @@ impl OperatorBuilder {
         let watch = tokio::spawn(kind::serve(
             state.clone(),
             scope,
-            health,
+            health.clone(),
             ids,
             shared.watch_stop.clone(),
         ));
-        (state, watch)
+        let abort = watch.abort_handle();
+        tokio::spawn(async move {
+            if let Err(err) = watch.await
+                && err.is_panic()
+            {
+                health.mark_dead(); // /healthz fails: a restart is the way out
+                error!(resource = %health.name, "the watch task panicked");
+            }
+        });
+        (state, abort)
     }
 
     /// Runs the operator until `stop` completes, then shuts it down.
