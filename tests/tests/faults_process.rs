@@ -436,24 +436,36 @@ async fn an_unreadable_or_invalid_kubeconfig_is_a_clear_error() -> anyhow::Resul
     Ok(())
 }
 
-async fn a_revoked_token_is_reported_as_unauthorized() -> anyhow::Result<()> {
-    let files = paths("revoked")?;
+/// Writes a copy of the test kubeconfig that authenticates only with `token`.
+fn kubeconfig_with_token(path: &Path, token: &str) -> anyhow::Result<()> {
     let good = std::env::var_os("KUBECONFIG").ok_or_else(|| anyhow::anyhow!("KUBECONFIG unset"))?;
     let mut config: serde_yaml::Value = serde_yaml::from_str(&std::fs::read_to_string(good)?)?;
     for user in config["users"].as_sequence_mut().into_iter().flatten() {
-        user["user"] = serde_yaml::to_value(serde_json::json!({ "token": "revoked-token" }))?;
+        user["user"] = serde_yaml::to_value(serde_json::json!({ "token": token }))?;
     }
-    let revoked = files.log.with_file_name("revoked-kubeconfig");
-    std::fs::write(&revoked, serde_yaml::to_string(&config)?)?;
-    let mut child = spawn_child_with("default", &files.log, &files.output, Some(&revoked)).await?;
-    let what = "the operator to report 401 Unauthorized";
+    std::fs::write(path, serde_yaml::to_string(&config)?)?;
+    Ok(())
+}
+
+/// Runs the operator child with `kubeconfig` until its output has a line with all of
+/// `needles`, then SIGTERMs it; returns that line.
+async fn reported_line(
+    test: &str,
+    namespace: &str,
+    kubeconfig: &Path,
+    needles: &[&str],
+) -> anyhow::Result<String> {
+    let files = paths(test)?;
+    let mut child =
+        spawn_child_with(namespace, &files.log, &files.output, Some(kubeconfig)).await?;
+    let what = format!("the operator to report {needles:?}");
     let reported = kopf_tests::try_wait_for(what, PROMPTLY, || async {
         let output = std::fs::read_to_string(&files.output).unwrap_or_default();
-        if output.contains("401") || output.contains("Unauthorized") {
-            Ok(output)
-        } else {
-            Err(format!("output so far: {output}"))
-        }
+        let line = output
+            .lines()
+            .find(|l| needles.iter().all(|n| l.contains(n)));
+        line.map(str::to_owned)
+            .ok_or_else(|| format!("output so far: {output}"))
     })
     .await;
     // Whether it exits on its own or keeps retrying, SIGTERM ends it cleanly.
@@ -461,13 +473,57 @@ async fn a_revoked_token_is_reported_as_unauthorized() -> anyhow::Result<()> {
     let code = child
         .exit_code(SHUTDOWN_TIMEOUT + Duration::from_secs(5))
         .await?;
-    let output = reported?;
+    let line = reported?;
     assert!(code.is_some(), "ended by a signal");
-    let line = output
-        .lines()
-        .find(|l| l.contains("401") || l.contains("Unauthorized"));
-    println!("revoked token: {}", line.unwrap_or_default());
+    Ok(line)
+}
+
+async fn a_revoked_token_is_reported_as_unauthorized() -> anyhow::Result<()> {
+    let files = paths("revoked")?;
+    let revoked = files.log.with_file_name("revoked-kubeconfig");
+    kubeconfig_with_token(&revoked, "revoked-token")?;
+    let line = reported_line(
+        "revoked",
+        "default",
+        &revoked,
+        &["kopf_runtime", "401", "Unauthorized", "kopfexamples"],
+    )
+    .await?;
+    println!("revoked token: {line}");
     Ok(())
+}
+
+async fn a_role_without_the_verbs_is_reported_as_forbidden() -> anyhow::Result<()> {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::ServiceAccount;
+
+    let (ns, _api) = example_namespace().await?;
+    let accounts: kube::Api<ServiceAccount> = ns.api();
+    let mut account = ServiceAccount::default();
+    account.metadata.name = Some("no-verbs".to_owned());
+    accounts.create(&PostParams::default(), &account).await?;
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            expiration_seconds: Some(3600),
+            ..TokenRequestSpec::default()
+        }),
+        ..TokenRequest::default()
+    };
+    let token = accounts
+        .create_token_request("no-verbs", &PostParams::default(), &request)
+        .await?
+        .status
+        .and_then(|s| s.token)
+        .unwrap_or_default();
+    anyhow::ensure!(!token.is_empty(), "no token issued");
+    let files = paths("forbidden")?;
+    let kubeconfig = files.log.with_file_name("no-verbs-kubeconfig");
+    kubeconfig_with_token(&kubeconfig, &token)?;
+    // Authenticated (not 401) but not permitted: the error names 403 and the resource.
+    let needles = ["kopf_runtime", "403", "kopfexamples", "cannot list"];
+    let line = reported_line("forbidden", ns.name(), &kubeconfig, &needles).await?;
+    println!("role without verbs: {line}");
+    ns.cleanup().await
 }
 
 fn main() -> ExitCode {
@@ -486,7 +542,7 @@ fn main() -> ExitCode {
         .filter(|a| !a.starts_with('-'))
         .collect();
     type Test = fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<()>>>>;
-    let tests: [(&str, Test); 4] = [
+    let tests: [(&str, Test); 5] = [
         ("sigkill_mid_run_and_restart", || {
             Box::pin(sigkill_mid_run_and_restart())
         }),
@@ -499,6 +555,9 @@ fn main() -> ExitCode {
         ),
         ("a_revoked_token_is_reported_as_unauthorized", || {
             Box::pin(a_revoked_token_is_reported_as_unauthorized())
+        }),
+        ("a_role_without_the_verbs_is_reported_as_forbidden", || {
+            Box::pin(a_role_without_the_verbs_is_reported_as_forbidden())
         }),
     ];
     let (mut passed, mut failed) = (0, 0);
