@@ -209,16 +209,24 @@ async fn steady(
     dir: &Path,
 ) -> anyhow::Result<TrialOutput> {
     let mut notes = Vec::new();
+    // The operators must also have put their finalizers on every object (kopf-rs does so at its
+    // default 50 requests/s), so the window measures the steady state, not the start-up.
+    let operator = matches!(arm, Arm::KopfRs | Arm::KopfPy);
+    let watch = operator.then(|| ctx.cluster.watch());
+    if let Some(w) = &watch {
+        wait_synced(w, n).await?;
+    }
     let mut run = ctx.programs.spawn(arm, scenario.mode(), n, dir)?;
     let mut tail = Tail::new(&run.fires, n);
     let limit = settle_limit(n);
-    if let Some(note) = settle(&mut run, &mut tail, None, limit, |t, _| {
-        t.objects_with_runs(2) == n
+    if let Some(note) = settle(&mut run, &mut tail, watch.as_ref(), limit, |t, c| {
+        (!operator || c.is_some_and(|(_, f)| f == n)) && t.objects_with_runs(2) == n
     })
     .await?
     {
         notes.push(note);
     }
+    drop(watch);
     let pid = run.pid();
     let audit0 = ctx.audit.as_ref().map_or(0, AuditLog::mark);
     let p0 = procstat::read(pid)?;
