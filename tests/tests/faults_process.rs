@@ -33,6 +33,8 @@ const LOG_ENV: &str = "KOPF_FAULTS_CHILD_LOG";
 const DAEMON: &str = "fp-daemon";
 const TIMER: &str = "fp-timer";
 const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+/// A spec value that must never appear in the operator's logs.
+const SPEC_MARKER: &str = "spec-contents-must-not-be-logged";
 
 fn append(kind: &str, obj: &KopfExample, extra: &str) {
     let Some(path) = std::env::var_os(LOG_ENV) else {
@@ -282,8 +284,9 @@ async fn sigkill_mid_run_and_restart() -> anyhow::Result<()> {
     for name in deleted {
         api.delete(name, &DeleteParams::default()).await?;
     }
-    api.create(&PostParams::default(), &example("created-meanwhile"))
-        .await?;
+    let mut meanwhile = example("created-meanwhile");
+    meanwhile.spec.field = Some(SPEC_MARKER.to_owned());
+    api.create(&PostParams::default(), &meanwhile).await?;
     // Positive control: with no operator, the finalizer holds the deleted objects.
     for name in deleted {
         assert!(
@@ -339,6 +342,13 @@ async fn sigkill_mid_run_and_restart() -> anyhow::Result<()> {
     assert_no_overlap_in(&log);
     // Finalizers stay on the survivors after a graceful exit (their daemons resume later).
     wait_finalized(&api, &alive).await;
+    // No object contents in the logs at the default level (the object was served: see above).
+    let output = std::fs::read_to_string(&files.output)?;
+    assert!(
+        !output.contains(SPEC_MARKER),
+        "object contents logged: {}",
+        files.output.display()
+    );
     ns.cleanup().await
 }
 
@@ -454,6 +464,7 @@ async fn reported_line(
     namespace: &str,
     kubeconfig: &Path,
     needles: &[&str],
+    secret: &str,
 ) -> anyhow::Result<String> {
     let files = paths(test)?;
     let mut child =
@@ -475,6 +486,13 @@ async fn reported_line(
         .await?;
     let line = reported?;
     assert!(code.is_some(), "ended by a signal");
+    // The token is never logged (at the default level).
+    let output = std::fs::read_to_string(&files.output)?;
+    assert!(
+        !output.contains(secret),
+        "the token is in {}",
+        files.output.display()
+    );
     Ok(line)
 }
 
@@ -487,6 +505,7 @@ async fn a_revoked_token_is_reported_as_unauthorized() -> anyhow::Result<()> {
         "default",
         &revoked,
         &["kopf_runtime", "401", "Unauthorized", "kopfexamples"],
+        "revoked-token",
     )
     .await?;
     println!("revoked token: {line}");
@@ -521,7 +540,7 @@ async fn a_role_without_the_verbs_is_reported_as_forbidden() -> anyhow::Result<(
     kubeconfig_with_token(&kubeconfig, &token)?;
     // Authenticated (not 401) but not permitted: the error names 403 and the resource.
     let needles = ["kopf_runtime", "403", "kopfexamples", "cannot list"];
-    let line = reported_line("forbidden", ns.name(), &kubeconfig, &needles).await?;
+    let line = reported_line("forbidden", ns.name(), &kubeconfig, &needles, &token).await?;
     println!("role without verbs: {line}");
     ns.cleanup().await
 }
