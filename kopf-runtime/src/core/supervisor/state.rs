@@ -203,10 +203,12 @@ impl InstanceShared {
     /// Stops the instance (and its invocation in flight) with `reason`.
     pub(crate) fn stop(&self, reason: StopReason) {
         let current = self.current();
-        self.stopper.stop(reason);
+        // The running invocation's flag first: whatever wakes on the instance's flag (the stop
+        // ladder, on another thread) must find the reason already on the invocation.
         if let Some(inv) = current.as_ref() {
             inv.stop(reason);
         }
+        self.stopper.stop(reason);
     }
 
     /// A fresh flag for the next invocation, already set if the instance is stopping.
