@@ -42,6 +42,17 @@ pub enum OperatorError {
         #[source]
         source: std::io::Error,
     },
+    /// The client configuration turns off TLS verification of the API server (for example
+    /// `insecure-skip-tls-verify: true` in the kubeconfig). kopf-rs never talks to an API server
+    /// it has not verified: give the cluster's CA (`certificate-authority-data`) instead.
+    #[error(
+        "the Kubernetes client configuration for {cluster_url} disables TLS verification \
+         (insecure-skip-tls-verify); refusing to start: configure the cluster's CA instead"
+    )]
+    InsecureTls {
+        /// The API server's URL from the configuration.
+        cluster_url: String,
+    },
     /// The signal handlers cannot be installed.
     #[error("cannot listen for SIGINT/SIGTERM")]
     Signal(#[source] std::io::Error),
