@@ -503,7 +503,9 @@ impl OperatorBuilder {
 /// kubeconfig with `insecure-skip-tls-verify: true`) is refused, never followed silently.
 fn refuse_insecure_tls(config: &kube::Config) -> Result<(), OperatorError> {
     if config.accept_invalid_certs {
-        return Err(OperatorError::InsecureTls { cluster_url: config.cluster_url.to_string() });
+        return Err(OperatorError::InsecureTls {
+            cluster_url: config.cluster_url.to_string(),
+        });
     }
     Ok(())
 }
