@@ -106,7 +106,11 @@ impl Health {
 }
 
 /// Mirrors the endpoint in `spec.field` into `status.health` until stopped.
-#[daemon(field = "spec.field", cancellation_backoff = "3s", cancellation_timeout = "10s")]
+#[daemon(
+    field = "spec.field",
+    cancellation_backoff = "3s",
+    cancellation_timeout = "10s"
+)]
 async fn tcp_health(obj: Arc<KopfExample>, stopper: Stopper, patch: Patch) -> HandlerResult {
     let addr = obj.spec.field.clone().unwrap_or_default();
     info!(%addr, "mirroring the endpoint");
