@@ -504,7 +504,13 @@ async fn a_revoked_token_is_reported_as_unauthorized() -> anyhow::Result<()> {
         "revoked",
         "default",
         &revoked,
-        &["kopf_runtime", "401", "Unauthorized", "kopfexamples"],
+        &[
+            "kopf_runtime",
+            "401",
+            "Unauthorized",
+            "credentials",
+            "kopfexamples",
+        ],
         "revoked-token",
     )
     .await?;

@@ -59,6 +59,12 @@ pub(crate) fn classify(err: &kube::Error) -> Failure {
 /// A short description of a kube error for logs and [`crate::PatchError`] messages.
 pub(crate) fn describe(err: &kube::Error) -> String {
     match err {
+        kube::Error::Api(status) if status.code == 401 => format!(
+            "401 ({}): the API server rejected the operator's credentials (the token or client \
+             certificate is invalid, expired or revoked); renew them in the kubeconfig or the \
+             service account",
+            status.reason
+        ),
         kube::Error::Api(status) if !status.message.is_empty() => {
             format!("{} ({}): {}", status.code, status.reason, status.message)
         }
@@ -177,6 +183,15 @@ mod tests {
             status.details = Some(serde_json::from_value::<StatusDetails>(details).unwrap());
         }
         kube::Error::Api(status.boxed())
+    }
+
+    #[test]
+    fn an_unauthorized_error_says_the_credentials_are_the_cause() {
+        let text = describe(&api_error(401, 0));
+        assert!(text.starts_with("401 (Reason)"), "{text}");
+        assert!(text.contains("credentials"), "{text}");
+        // Positive control: other errors keep the server's own message.
+        assert_eq!(describe(&api_error(403, 0)), "403 (Reason): boom");
     }
 
     #[test]
