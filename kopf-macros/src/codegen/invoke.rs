@@ -52,9 +52,14 @@ fn convert(model: &HandlerModel, value: &TokenStream) -> TokenStream {
         .output
         .as_ref()
         .map_or_else(|| model.sig.ident.span(), Spanned::span);
-    quote_spanned! {span=>
-        #krate::HandlerReturn::<#kind>::into_result(#value)
-    }
+    // Every token of the conversion, and the value's name, sit on the return type, so an
+    // unsupported return type is reported there.
+    let convert = respan(quote!(#krate::HandlerReturn::<#kind>::into_result), span);
+    let returned = syn::Ident::new("__kopf_returned", Span::mixed_site().located_at(span));
+    quote! {{
+        let #returned = #value;
+        #convert(#returned)
+    }}
 }
 
 pub(crate) fn invoke_fn(model: &HandlerModel, object: &TokenStream) -> TokenStream {

@@ -1,3 +1,5 @@
+#![allow(unused)]
+
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
