@@ -125,7 +125,7 @@ impl Inner {
                 Run::Done => false,
             };
             if spawn {
-                self.spawn(entry, index, &mut state.next_generation);
+                self.spawn(entry, index);
                 spawned += 1;
             }
         }
@@ -160,14 +160,10 @@ impl Inner {
             })
     }
 
-    fn spawn(self: &Arc<Self>, entry: &mut ObjectEntry, index: usize, generation: &mut u64) {
-        *generation += 1;
+    fn spawn(self: &Arc<Self>, entry: &mut ObjectEntry, index: usize) {
         let shared = Arc::new(InstanceShared::default());
-        let runner = Runner::new(self, entry, index, *generation, Arc::clone(&shared));
-        entry.slots[index].run = Run::Active(Active {
-            generation: *generation,
-            shared,
-        });
+        let runner = Runner::new(self, entry, index, Arc::clone(&shared));
+        entry.slots[index].run = Run::Active(Active { shared });
         tokio::spawn(runner.run());
     }
 
@@ -176,7 +172,7 @@ impl Inner {
         self: &Arc<Self>,
         uid: &Arc<str>,
         index: usize,
-        generation: u64,
+        instance: &Arc<InstanceShared>,
         exit: Exit,
     ) {
         let mut state = self.lock();
@@ -184,7 +180,7 @@ impl Inner {
             return;
         };
         let slot = &mut entry.slots[index];
-        if !matches!(&slot.run, Run::Active(a) if a.generation == generation) {
+        if !matches!(&slot.run, Run::Active(a) if Arc::ptr_eq(&a.shared, instance)) {
             return; // already abandoned by the shutdown deadline
         }
         slot.run = if exit == Exit::Done {

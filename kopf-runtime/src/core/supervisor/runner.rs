@@ -25,7 +25,6 @@ pub(crate) struct Runner {
     pub(crate) uid: Arc<str>,
     pub(crate) reference: ObjectRef,
     pub(crate) index: usize,
-    pub(crate) generation: u64,
     pub(crate) handler: Arc<dyn ErasedHandler>,
     pub(crate) spec: &'static HandlerSpec,
     pub(crate) shared: Arc<InstanceShared>,
@@ -39,7 +38,6 @@ struct ExitGuard {
     inner: Arc<Inner>,
     uid: Arc<str>,
     index: usize,
-    generation: u64,
     shared: Arc<InstanceShared>,
     exit: Exit,
 }
@@ -49,7 +47,7 @@ impl Drop for ExitGuard {
         // A thread left behind keeps seeing its flag set.
         self.shared.stop(StopReason::DONE);
         self.inner
-            .instance_exited(&self.uid, self.index, self.generation, self.exit);
+            .instance_exited(&self.uid, self.index, &self.shared, self.exit);
     }
 }
 
@@ -58,7 +56,6 @@ impl Runner {
         inner: &Arc<Inner>,
         entry: &ObjectEntry,
         index: usize,
-        generation: u64,
         shared: Arc<InstanceShared>,
     ) -> Self {
         let handler = Arc::clone(&inner.handlers[index]);
@@ -67,7 +64,6 @@ impl Runner {
             uid: Arc::clone(&entry.reference.uid),
             reference: entry.reference.clone(),
             index,
-            generation,
             spec: handler.spec(),
             handler,
             shared,
@@ -82,7 +78,6 @@ impl Runner {
             inner: Arc::clone(&self.inner),
             uid: Arc::clone(&self.uid),
             index: self.index,
-            generation: self.generation,
             shared: Arc::clone(&self.shared),
             exit: Exit::Dropped,
         };

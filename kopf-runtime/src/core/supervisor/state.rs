@@ -57,7 +57,6 @@ pub(crate) struct State {
     pub(crate) objects: HashMap<Arc<str>, ObjectEntry>,
     pub(crate) paused: bool,
     pub(crate) shutdown: ShutdownPhase,
-    pub(crate) next_generation: u64,
     pub(crate) daemons_abandoned: u64,
     pub(crate) timers_abandoned: u64,
     /// Recently gone UIDs, so that a late event cannot bring an object back to life.
@@ -70,7 +69,6 @@ impl State {
             objects: HashMap::new(),
             paused: false,
             shutdown: ShutdownPhase::NotStarted,
-            next_generation: 0,
             daemons_abandoned: 0,
             timers_abandoned: 0,
             tombstones: Tombstones::default(),
@@ -177,8 +175,7 @@ pub(crate) enum Run {
 
 /// The bookkeeping of a live instance.
 pub(crate) struct Active {
-    /// Tells this instance from earlier ones of the same slot.
-    pub(crate) generation: u64,
+    /// Shared with the instance's task (which reports its exit with it).
     pub(crate) shared: Arc<InstanceShared>,
 }
 
