@@ -111,9 +111,16 @@ fn now_unix() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
+/// Writes the results and `report.md`; a hand-written `analysis.md` in the same directory (the
+/// explanation of misses) is appended to the report.
 fn save(results: &Results, out: &Path) -> anyhow::Result<()> {
     results.save(out)?;
-    std::fs::write(out.join("report.md"), report::render(results))?;
+    let mut md = report::render(results);
+    if let Ok(analysis) = std::fs::read_to_string(out.join("analysis.md")) {
+        md.push('\n');
+        md.push_str(&analysis);
+    }
+    std::fs::write(out.join("report.md"), md)?;
     Ok(())
 }
 
