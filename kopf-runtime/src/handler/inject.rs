@@ -35,6 +35,14 @@ use crate::core::stop::Stopper;
 ///         Ok(Name(invocation.object.reference().name.to_string()))
 ///     }
 /// }
+///
+/// # let object = std::sync::Arc::new(kopf_runtime::ObjectState::from_json(
+/// #     serde_json::json!({"metadata": {"name": "a", "uid": "u"}})).unwrap());
+/// # let (_tx, live) = tokio::sync::watch::channel(object.clone());
+/// # let invocation = Invocation { object, live, stopper: kopf_runtime::Stopper::new(),
+/// #     retry: 0, started: tokio::time::Instant::now(), services: Default::default() };
+/// let Name(name) = <Name as Inject<()>>::inject(&invocation).unwrap();
+/// assert_eq!(name, "a");
 /// ```
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be injected into a handler of `{K}`",

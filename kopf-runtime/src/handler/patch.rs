@@ -159,7 +159,7 @@ impl Patch {
     /// Whether nothing is pending.
     ///
     /// ```
-    /// # use kopf_runtime::{ObjectRef, Patch}; use serde_json::json;
+    /// # use kopf_runtime::{ObjectRef, Patch};
     /// # let patch = Patch::detached(ObjectRef { uid: "u".into(), namespace: None, name: "a".into() });
     /// assert!(patch.is_empty());
     /// patch.status("x", 1);

@@ -105,9 +105,10 @@ pub enum RegistryError {
 /// ([`Registry::from_inventory`]); [`Registry::select`] and [`Registry::retain`] narrow it, so
 /// one binary can run several operators with different handlers.
 ///
-/// ```
+/// ```rust,standalone_crate
+/// // A crate of its own (doctests are merged otherwise), with no handlers in it:
 /// let registry = kopf_runtime::Registry::from_inventory().unwrap();
-/// assert!(registry.is_empty()); // this doctest defines no handlers
+/// assert!(registry.is_empty());
 /// ```
 #[derive(Clone, Default)]
 pub struct Registry {
@@ -132,7 +133,7 @@ impl Registry {
     /// # Errors
     /// [`RegistryError::DuplicateId`] naming both definitions if two handlers share an id.
     ///
-    /// ```
+    /// ```rust,standalone_crate
     /// # let registry = kopf_runtime::Registry::from_inventory().unwrap();
     /// let ids: Vec<_> = registry.iter().map(|r| r.spec().id).collect();
     /// assert!(ids.windows(2).all(|w| w[0] < w[1]));
