@@ -511,3 +511,19 @@ async fn a_blocking_call_gets_a_thread_even_if_the_spec_says_async() {
     assert_eq!(h.results("d"), vec![(0, Some(json!("kopf:d")))]);
     h.settle(|h| h.stats().threads == 0).await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_retryable_failure_while_stopping_is_final() {
+    let d = daemon("d").run(|ctx| async move {
+        ctx.inv.stopper.stopped().await;
+        Err(HandlerError::temporary("interrupted", secs(1)))
+    });
+    let h = Harness::new(vec![d]);
+    h.observe(&Obj::new("u1"));
+    h.at(1000).await;
+    h.observe(&Obj::new("u1").deleting());
+    h.at(10_000).await;
+    assert_eq!(h.log.call_times("d"), vec![0]);
+    assert_eq!(h.failures("d"), vec![(1000, true)]);
+    assert_eq!(h.finalizer("u1"), vec![(0, true), (1000, false)]);
+}
