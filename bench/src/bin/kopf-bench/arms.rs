@@ -142,6 +142,11 @@ impl Programs {
     ) -> anyhow::Result<Running> {
         let mut cmd = self.command(arm, mode, n)?;
         let fires = dir.join("fires.txt");
+        // A trial directory is reused by later runs: never append to an earlier fire log.
+        match std::fs::remove_file(&fires) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+            _ => {}
+        }
         cmd.env("BENCH_FIRES", &fires)
             .env("BENCH_MODE", mode.as_str())
             .env("BENCH_N", n.to_string())

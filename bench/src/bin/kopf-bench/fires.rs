@@ -166,3 +166,75 @@ impl Tail {
             .count()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write as _;
+
+    use super::*;
+
+    fn temp(name: &str) -> PathBuf {
+        std::env::temp_dir().join(format!("kopf-bench-fires-{name}-{}", std::process::id()))
+    }
+
+    #[test]
+    fn follows_partial_lines_and_measures_lateness() {
+        let path = temp("tail");
+        let mut f = File::create(&path).unwrap();
+        // obj 0 fires at 0 s, 1.010 s, 2.030 s; obj 1 at 0.5 s and stops at 1.5 s.
+        write!(
+            f,
+            "0 F obj-0000000\n500000000 F obj-0000001\n1010000000 F obj-00"
+        )
+        .unwrap();
+        f.flush().unwrap();
+        let mut tail = Tail::new(&path, 2);
+        tail.poll().unwrap();
+        assert_eq!(
+            tail.all.len(),
+            2,
+            "the partial third line waits for its end"
+        );
+        write!(
+            f,
+            "00000\n1500000000 S obj-0000001\n2030000000 F obj-0000000\n"
+        )
+        .unwrap();
+        f.flush().unwrap();
+        tail.poll().unwrap();
+        assert_eq!(tail.runs, vec![3, 1]);
+        assert_eq!(tail.objects_with_runs(2), 1);
+        assert_eq!(tail.objects_stopped(), 1);
+        assert_eq!(tail.all_first_runs_by(), Some(500_000_000));
+        let late = tail.lateness(0, 3_000_000_000, 1.0);
+        assert_eq!(late.len(), 2);
+        assert!(
+            (late[0] - 0.010).abs() < 1e-9 && (late[1] - 0.020).abs() < 1e-9,
+            "{late:?}"
+        );
+        // Only fires inside the window count; the gap before them may start earlier.
+        assert_eq!(tail.lateness(1_500_000_000, 3_000_000_000, 1.0).len(), 1);
+        assert_eq!(tail.runs_between(0, 1_000_000_000), 2);
+        // One object firing in the window, once per 1.015 s on average.
+        let rate = tail.rate(1_000_000_000, 3_000_000_000, 1.0);
+        assert!((rate - 1.0 / 1.015).abs() < 1e-9, "{rate}");
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn a_missing_file_is_empty_and_bad_lines_are_skipped() {
+        let path = temp("missing");
+        let mut tail = Tail::new(&path, 1);
+        tail.poll().unwrap();
+        assert!(tail.all.is_empty());
+        std::fs::write(
+            &path,
+            "garbage\n1 X obj-0000000\n2 F other\n3 F obj-0000000\n",
+        )
+        .unwrap();
+        tail.poll().unwrap();
+        assert_eq!(tail.all.len(), 1);
+        assert_eq!(tail.all_first_runs_by(), Some(3));
+        std::fs::remove_file(&path).unwrap();
+    }
+}
