@@ -390,3 +390,20 @@ async fn a_blocking_timer_in_a_run_gets_its_flag_on_deletion() {
         "{flag}"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn idle_only_counts_a_change_made_in_the_same_instant_after_a_run_started() {
+    let t = timer("t").with(|s| s.schedule.idle = Some(ms(300)));
+    let h = Harness::new(vec![t]);
+    h.observe(&Obj::new("u1"));
+    h.at(300).await;
+    h.spin().await;
+    assert_eq!(
+        h.log.call_times("t"),
+        vec![300],
+        "the run started before the change"
+    );
+    h.observe(&Obj::new("u1").spec(json!({"changed": true})));
+    h.at(2000).await;
+    assert_eq!(h.log.call_times("t"), vec![300, 600]);
+}

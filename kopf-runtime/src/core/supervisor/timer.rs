@@ -90,18 +90,17 @@ async fn wait_for_next(runner: &mut Runner, pos: &Position) -> bool {
             runner.sleep_until(at).await
         }
         Some(interval) => runner.sleep_until(now + interval.max(MIN_INTERVAL)).await,
-        None => loop {
-            if *runner.idle.borrow_and_update() > pos.last_start {
-                return false;
-            }
-            tokio::select! {
-                biased;
-                () = runner.shared.stopper.stopped() => return true,
-                changed = runner.idle.changed() => if changed.is_err() {
+        // The idle receiver was marked seen when the latest run started: any change since
+        // then (even within the same millisecond) is news to the handler.
+        None => tokio::select! {
+            biased;
+            () = runner.shared.stopper.stopped() => true,
+            changed = runner.idle.changed() => {
+                if changed.is_err() {
                     // The object is forgotten: it is gone, and the stop flag is on its way.
                     runner.shared.stopper.stopped().await;
-                    return true;
-                },
+                }
+                runner.stopping()
             }
         },
     }
@@ -127,7 +126,7 @@ async fn wait_idle(runner: &mut Runner, idle: Duration) -> bool {
 }
 
 /// One cycle: invoke, and retry while the failure is retryable.
-async fn cycle(runner: &Runner, position: &mut Option<Position>) -> Cycle {
+async fn cycle(runner: &mut Runner, position: &mut Option<Position>) -> Cycle {
     let started = Instant::now();
     let mut retry = 0;
     loop {
