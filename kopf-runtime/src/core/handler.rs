@@ -55,7 +55,8 @@ impl fmt::Debug for Call {
 /// ```
 #[derive(Clone, Default)]
 pub struct Services {
-    map: HashMap<TypeId, Arc<dyn Any + Send + Sync>>,
+    // Shared: every invocation gets a clone, which must not copy the map.
+    map: Arc<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
 }
 
 impl fmt::Debug for Services {
@@ -69,7 +70,7 @@ impl fmt::Debug for Services {
 impl Services {
     /// Adds (or replaces) the service of type `T`.
     pub fn insert<T: Any + Send + Sync>(&mut self, value: T) {
-        self.map.insert(TypeId::of::<T>(), Arc::new(value));
+        Arc::make_mut(&mut self.map).insert(TypeId::of::<T>(), Arc::new(value));
     }
 
     /// The service of type `T`, if one was inserted.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use futures::FutureExt;
-use futures::future::BoxFuture;
+use futures::future::{BoxFuture, CatchUnwind};
 use tokio::sync::{OwnedSemaphorePermit, oneshot};
 use tokio::time::Instant;
 
@@ -40,7 +40,7 @@ pub(crate) enum AttemptEnd {
 
 /// An invocation in flight.
 enum Work {
-    Async(BoxFuture<'static, std::thread::Result<Outcome>>),
+    Async(CatchUnwind<AssertUnwindSafe<BoxFuture<'static, Outcome>>>),
     Thread(oneshot::Receiver<ThreadResult<Outcome>>),
 }
 
@@ -75,7 +75,7 @@ impl Runner {
         } else {
             None
         };
-        let stopper = self.shared.begin_invocation();
+        let stopper = self.shared.begin_invocation(self.spec.timeout.is_some());
         if self.stopping() {
             return AttemptEnd::Stopped(Exit::Exited);
         }
@@ -119,7 +119,7 @@ impl Runner {
         let call = catch_unwind(AssertUnwindSafe(|| self.handler.invoke(invocation)))
             .map_err(|panic| self.panicked(&panic_message(&panic)))??;
         match call {
-            Call::Async(fut) => Ok(Work::Async(AssertUnwindSafe(fut).catch_unwind().boxed())),
+            Call::Async(fut) => Ok(Work::Async(AssertUnwindSafe(fut).catch_unwind())),
             Call::Blocking(job) => {
                 let permit = match permit {
                     Some(permit) => permit,
@@ -176,7 +176,7 @@ impl Runner {
                     let outcome = result.map_err(|message| self.panicked(&message)).and_then(|o| o);
                     return (Ended::Returned(outcome), timed_out);
                 }
-                () = self.shared.abandon.cancelled() => {
+                () = self.inner.abandon.cancelled() => {
                     stopper.stop(StopReason::ABANDONED);
                     return (Ended::Abandoned, timed_out);
                 }

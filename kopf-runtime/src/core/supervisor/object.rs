@@ -49,7 +49,7 @@ impl Inner {
             .entry(Arc::clone(&uid))
             .or_insert_with(|| ObjectEntry::new(Arc::clone(&object), handlers));
         if entry.essence.is_some() && entry.essence != essence {
-            entry.idle_reset.send_replace(Instant::now());
+            entry.idle.reset(Instant::now());
         }
         entry.essence = essence;
         entry.deleting |= object.is_deleting();

@@ -10,7 +10,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::policy::Verdict;
-use super::state::{Exit, Inner, InstanceShared, ObjectEntry};
+use super::state::{Exit, IdleClock, Inner, InstanceShared, ObjectEntry};
 use super::{daemon, timer};
 use crate::core::effects::Effect;
 use crate::core::handler::{ErasedHandler, Output};
@@ -29,7 +29,7 @@ pub(crate) struct Runner {
     pub(crate) spec: &'static HandlerSpec,
     pub(crate) shared: Arc<InstanceShared>,
     pub(crate) live: watch::Receiver<Arc<ObjectState>>,
-    pub(crate) idle: watch::Receiver<Instant>,
+    pub(crate) idle: Arc<IdleClock>,
 }
 
 /// Reports the instance's end to the supervisor however the task ends (also when the runtime
@@ -68,7 +68,7 @@ impl Runner {
             handler,
             shared,
             live: entry.live.subscribe(),
-            idle: entry.idle_reset.subscribe(),
+            idle: Arc::clone(&entry.idle),
         }
     }
 

@@ -119,12 +119,12 @@ impl Inner {
         if let ShutdownPhase::Done(report) = &state.shutdown {
             return report.clone();
         }
+        self.abandon.cancel();
         let mut left = Vec::new();
         for (uid, entry) in &mut state.objects {
             for (index, slot) in entry.slots.iter_mut().enumerate() {
                 if let Run::Active(active) = &slot.run {
                     active.shared.stop(StopReason::ABANDONED);
-                    active.shared.abandon.cancel();
                     slot.run = Run::Idle;
                     left.push((Arc::clone(uid), entry.reference.clone(), index));
                 }

@@ -33,6 +33,8 @@ pub(crate) struct Inner {
     pub(crate) active: watch::Sender<usize>,
     /// Cancelled by a second shutdown request: skip the grace period.
     pub(crate) force: CancellationToken,
+    /// Cancelled at the shutdown deadline: every instance still running is abandoned.
+    pub(crate) abandon: CancellationToken,
     /// Whether any handler is an `idle` timer (only then essences are computed).
     pub(crate) needs_essence: bool,
 }
@@ -114,8 +116,8 @@ pub(crate) struct ObjectEntry {
     pub(crate) reference: ObjectRef,
     /// The latest version, shared with running handlers.
     pub(crate) live: watch::Sender<Arc<ObjectState>>,
-    /// When the essence last changed (or the object was first seen).
-    pub(crate) idle_reset: watch::Sender<Instant>,
+    /// When the essence last changed (or the object was first seen), for `idle` timers.
+    pub(crate) idle: Arc<IdleClock>,
     pub(crate) essence: Option<u64>,
     pub(crate) deleting: bool,
     pub(crate) gone: bool,
@@ -130,7 +132,7 @@ impl ObjectEntry {
         Self {
             reference: object.reference().clone(),
             live: watch::Sender::new(object),
-            idle_reset: watch::Sender::new(Instant::now()),
+            idle: Arc::new(IdleClock::new(Instant::now())),
             essence: None,
             deleting: false,
             gone: false,
@@ -186,8 +188,6 @@ pub(crate) struct InstanceShared {
     pub(crate) stopper: Stopper,
     /// The flag of the invocation in flight, which also gets the lifecycle reasons.
     current: Mutex<Option<Stopper>>,
-    /// Cancelled when the supervisor gives up on the instance (shutdown deadline).
-    pub(crate) abandon: CancellationToken,
     /// Waiting for a dedicated thread.
     pub(crate) queued: AtomicBool,
 }
@@ -208,8 +208,12 @@ impl InstanceShared {
         self.stopper.stop(reason);
     }
 
-    /// A fresh flag for the next invocation, already set if the instance is stopping.
-    pub(crate) fn begin_invocation(&self) -> Stopper {
+    /// The flag for the next invocation: the instance's own, or (`fresh`, for handlers with a
+    /// `timeout`, which flags one invocation only) a new one that follows the instance's.
+    pub(crate) fn begin_invocation(&self, fresh: bool) -> Stopper {
+        if !fresh {
+            return self.stopper.clone();
+        }
         let mut current = self.current();
         let stopper = Stopper::new();
         if self.stopper.is_stopped() {
@@ -222,6 +226,32 @@ impl InstanceShared {
     /// Whether the instance was asked to stop.
     pub(crate) fn is_stopping(&self) -> bool {
         self.stopper.is_stopped()
+    }
+}
+
+/// When an object's essence last changed, and how often it did. Timers are woken by the live
+/// object channel (every new version) and read this to see whether the essence changed.
+#[derive(Debug)]
+pub(crate) struct IdleClock {
+    state: Mutex<(Instant, u64)>,
+}
+
+impl IdleClock {
+    pub(crate) fn new(now: Instant) -> Self {
+        Self {
+            state: Mutex::new((now, 0)),
+        }
+    }
+
+    /// The essence changed at `now`.
+    pub(crate) fn reset(&self, now: Instant) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        *state = (now, state.1 + 1);
+    }
+
+    /// The last change (or the first sighting), and the number of changes so far.
+    pub(crate) fn get(&self) -> (Instant, u64) {
+        *self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -243,6 +273,16 @@ pub(crate) enum Exit {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_idle_clock_counts_changes() {
+        let t0 = Instant::now();
+        let clock = IdleClock::new(t0);
+        assert_eq!(clock.get(), (t0, 0));
+        clock.reset(t0 + std::time::Duration::from_secs(1));
+        clock.reset(t0 + std::time::Duration::from_secs(2));
+        assert_eq!(clock.get(), (t0 + std::time::Duration::from_secs(2), 2));
+    }
 
     #[test]
     fn tombstones_forget_the_oldest_beyond_their_capacity() {

@@ -33,6 +33,8 @@ struct Position {
     anchor: Instant,
     /// The start of the latest attempt.
     last_start: Instant,
+    /// The number of essence changes when the latest attempt started (for idle-only timers).
+    changes: u64,
 }
 
 /// Runs a timer instance to its end.
@@ -90,17 +92,14 @@ async fn wait_for_next(runner: &mut Runner, pos: &Position) -> bool {
             runner.sleep_until(at).await
         }
         Some(interval) => runner.sleep_until(now + interval.max(MIN_INTERVAL)).await,
-        // The idle receiver was marked seen when the latest run started: any change since
-        // then (even within the same millisecond) is news to the handler.
-        None => tokio::select! {
-            biased;
-            () = runner.shared.stopper.stopped() => true,
-            changed = runner.idle.changed() => {
-                if changed.is_err() {
-                    // The object is forgotten: it is gone, and the stop flag is on its way.
-                    runner.shared.stopper.stopped().await;
-                }
-                runner.stopping()
+        // Counted when the latest run started: a change since then (even within the same
+        // millisecond) is one the handler has not seen.
+        None => loop {
+            if runner.idle.get().1 != pos.changes {
+                return false;
+            }
+            if wait_for_version(runner).await {
+                return true;
             }
         },
     }
@@ -109,32 +108,48 @@ async fn wait_for_next(runner: &mut Runner, pos: &Position) -> bool {
 /// Waits until the essence has been unchanged for `idle`. `true` if asked to stop.
 async fn wait_idle(runner: &mut Runner, idle: Duration) -> bool {
     loop {
-        let at = *runner.idle.borrow_and_update() + idle;
+        let at = runner.idle.get().0 + idle;
         if Instant::now() >= at {
             return false;
         }
         tokio::select! {
             biased;
-            () = runner.shared.stopper.stopped() => return true,
-            () = tokio::time::sleep_until(at) => {}
-            changed = runner.idle.changed() => if changed.is_err() {
-                runner.shared.stopper.stopped().await;
+            stopped = wait_for_version(runner) => if stopped {
                 return true;
             },
+            () = tokio::time::sleep_until(at) => {}
+        }
+    }
+}
+
+/// Waits for a new version of the object (it may or may not change the essence). `true` if
+/// asked to stop.
+async fn wait_for_version(runner: &mut Runner) -> bool {
+    tokio::select! {
+        biased;
+        () = runner.shared.stopper.stopped() => true,
+        changed = runner.live.changed() => {
+            if changed.is_err() {
+                // The object is forgotten: it is gone, and the stop flag is on its way.
+                runner.shared.stopper.stopped().await;
+            }
+            runner.stopping()
         }
     }
 }
 
 /// One cycle: invoke, and retry while the failure is retryable.
-async fn cycle(runner: &mut Runner, position: &mut Option<Position>) -> Cycle {
+async fn cycle(runner: &Runner, position: &mut Option<Position>) -> Cycle {
     let started = Instant::now();
     let mut retry = 0;
     loop {
         let start = Instant::now();
         let anchor = position.as_ref().map_or(start, |p| p.anchor);
+        let changes = runner.idle.get().1;
         *position = Some(Position {
             anchor,
             last_start: start,
+            changes,
         });
         let err = match runner.attempt(Attempt { retry, started }).await {
             AttemptEnd::Stopped(exit) => return Cycle::Stopped(exit),
