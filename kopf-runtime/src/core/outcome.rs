@@ -119,7 +119,7 @@ impl HandlerError {
     /// Attaches a cause, kept as [`std::error::Error::source`].
     ///
     /// ```
-    /// # use kopf_runtime::HandlerError; use std::error::Error;
+    /// # use kopf_runtime::HandlerError;
     /// let io = std::io::Error::other("disk");
     /// let e = HandlerError::permanent("cannot store").with_source(io);
     /// assert_eq!(e.source().unwrap().to_string(), "disk");

@@ -160,7 +160,10 @@ impl Stopper {
     ///
     /// ```
     /// # use kopf_runtime::{StopReason, Stopper};
-    /// assert!(Stopper::new().reason().is_empty());
+    /// let stopper = Stopper::new();
+    /// assert!(stopper.reason().is_empty());
+    /// stopper.stop(StopReason::OPERATOR_EXITING);
+    /// assert_eq!(stopper.reason(), StopReason::OPERATOR_EXITING);
     /// ```
     #[must_use]
     pub fn reason(&self) -> StopReason {
