@@ -555,3 +555,34 @@ async fn a_blocking_timer_over_the_cap_is_counted_as_queued() {
         "a queued timer whose object is gone never runs"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_thread_pool_counts_threads_in_use_across_handlers() {
+    let logs = Logs::capture();
+    let pool = BlockingPool::new(2);
+    let d = daemon("d").run_blocking(|ctx| {
+        ctx.block_until_stopped();
+        ok()
+    });
+    let config = SupervisorConfig {
+        blocking: pool.clone(),
+        ..config()
+    };
+    let h = Harness::with_config(vec![d], config);
+    for uid in ["u1", "u2", "u3"] {
+        h.observe(&Obj::new(uid));
+    }
+    h.settle(|h| h.log.calls("d").len() == 2).await;
+    assert_eq!((pool.capacity(), pool.in_use()), (2, 2));
+    assert!(format!("{pool:?}").contains("capacity: 2, in_use: 2"));
+    assert_eq!(
+        logs.lines_with(&["all 2 dedicated threads are busy"]).len(),
+        1
+    );
+    for uid in ["u1", "u2", "u3"] {
+        h.gone(uid);
+    }
+    h.settle(|h| h.stats().threads == 0 && h.stats().objects == 0)
+        .await;
+    assert_eq!(pool.in_use(), 0);
+}
