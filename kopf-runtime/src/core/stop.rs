@@ -1,9 +1,11 @@
 //! The stop flag given to every daemon and timer: why and since when it was asked to stop.
 
 use std::fmt;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Duration;
 
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -75,11 +77,16 @@ struct State {
     since: Option<Instant>,
 }
 
+/// One allocation per flag: the reason behind a mutex, a lock-free "is set" bit for the hot
+/// checks, a condvar for blocking waiters, a `Notify` for async waiters, and a cancellation
+/// token made only when somebody asks for one.
 #[derive(Debug, Default)]
 struct Inner {
     state: Mutex<State>,
+    set: AtomicBool,
     cond: Condvar,
-    token: CancellationToken,
+    notify: Notify,
+    token: OnceLock<CancellationToken>,
 }
 
 /// The stop flag of one handler instance: async handlers await it, blocking handlers poll or
@@ -140,9 +147,15 @@ impl Stopper {
         if state.since.is_none() {
             state.since = Some(Instant::now());
         }
+        self.inner.set.store(true, Ordering::SeqCst);
+        // Read under the lock: `token()` checks the flag under the same lock after making it.
+        let token = self.inner.token.get().cloned();
         drop(state);
         self.inner.cond.notify_all();
-        self.inner.token.cancel();
+        self.inner.notify.notify_waiters();
+        if let Some(token) = token {
+            token.cancel();
+        }
     }
 
     /// Whether the flag is set.
@@ -153,7 +166,7 @@ impl Stopper {
     /// ```
     #[must_use]
     pub fn is_stopped(&self) -> bool {
-        !self.lock().reason.is_empty()
+        self.inner.set.load(Ordering::SeqCst)
     }
 
     /// All reasons set so far (empty if the flag is not set).
@@ -196,7 +209,15 @@ impl Stopper {
     /// # }
     /// ```
     pub async fn stopped(&self) {
-        self.inner.token.cancelled().await;
+        loop {
+            // Made before the check: `notify_waiters` wakes every `Notified` that exists when it
+            // is called, polled or not, so a stop between the check and the await is not lost.
+            let notified = self.inner.notify.notified();
+            if self.is_stopped() {
+                return;
+            }
+            notified.await;
+        }
     }
 
     /// Sleeps for `duration` or until the flag is set, whichever comes first. Returns `true` if
@@ -251,6 +272,66 @@ impl Stopper {
     /// ```
     #[must_use]
     pub fn token(&self) -> CancellationToken {
-        self.inner.token.clone()
+        let token = self.inner.token.get_or_init(CancellationToken::new).clone();
+        // Under the lock, so that a concurrent `stop()` either sees the token or is seen here.
+        if !self.lock().reason.is_empty() {
+            token.cancel();
+        }
+        token
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn every_async_waiter_wakes_when_the_flag_is_set_later() {
+        let s = Stopper::new();
+        let waiters: Vec<_> = (0..3)
+            .map(|_| {
+                let s = s.clone();
+                tokio::spawn(async move { s.stopped().await })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(
+            waiters.iter().all(|w| !w.is_finished()),
+            "woken before the stop"
+        );
+        s.stop(StopReason::RESOURCE_DELETED);
+        for w in waiters {
+            tokio::time::timeout(Duration::from_secs(1), w)
+                .await
+                .expect("a waiter was not woken")
+                .expect("a waiter panicked");
+        }
+    }
+
+    #[test]
+    fn a_token_follows_the_flag_whether_made_before_or_after_the_stop() {
+        let s = Stopper::new();
+        let before = s.token();
+        assert!(!before.is_cancelled());
+        s.stop(StopReason::OPERATOR_EXITING);
+        assert!(before.is_cancelled());
+        assert!(s.token().is_cancelled());
+        let late = Stopper::new();
+        late.stop(StopReason::DONE);
+        assert!(late.token().is_cancelled());
+    }
+
+    #[test]
+    fn a_token_raced_against_the_stop_is_always_cancelled() {
+        for _ in 0..200 {
+            let s = Stopper::new();
+            let s2 = s.clone();
+            let t = std::thread::spawn(move || s2.token());
+            s.stop(StopReason::OPERATOR_EXITING);
+            let token = t.join().expect("the token thread panicked");
+            assert!(token.is_cancelled());
+        }
     }
 }
