@@ -88,6 +88,7 @@ impl Runner {
             retry: attempt.retry,
             started: attempt.started,
             services: self.inner.services.clone(),
+            span: self.span.clone(),
         };
         self.inner.fires.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(
@@ -170,29 +171,39 @@ impl Runner {
         let mut timed_out = false;
         loop {
             let ladder_at = ladder.deadline();
+            let timeout_at = deadline.filter(|_| !timed_out);
+            // One timer for both deadlines (the earlier one); which one it was is seen on waking.
+            let wake_at = match (timeout_at, ladder_at) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
             let input = tokio::select! {
                 biased;
                 result = work.wait() => {
                     let outcome = result.map_err(|message| self.panicked(&message)).and_then(|o| o);
                     return (Ended::Returned(outcome), timed_out);
                 }
-                () = self.inner.abandon.cancelled() => {
+                // Only a stopping invocation can be abandoned: shutdown stops everything first.
+                () = self.inner.abandon.cancelled(), if !ladder.is_running() => {
                     stopper.stop(StopReason::ABANDONED);
                     return (Ended::Abandoned, timed_out);
                 }
                 () = self.shared.stopper.stopped(), if ladder.is_running() => {
                     Input::Stop { forced: false }
                 }
-                () = sleep_until(deadline), if !timed_out && deadline.is_some() => {
-                    timed_out = true;
-                    stopper.stop(StopReason::HANDLER_TIMEOUT);
-                    tracing::warn!(
-                        object = %self.reference, handler = self.spec.id,
-                        "{} ran past its timeout of {:?}", self.kind(), self.spec.timeout
-                    );
-                    Input::Stop { forced: true }
+                () = sleep_until(wake_at), if wake_at.is_some() => {
+                    if timeout_at.is_some_and(|at| Instant::now() >= at) {
+                        timed_out = true;
+                        stopper.stop(StopReason::HANDLER_TIMEOUT);
+                        tracing::warn!(
+                            object = %self.reference, handler = self.spec.id,
+                            "{} ran past its timeout of {:?}", self.kind(), self.spec.timeout
+                        );
+                        Input::Stop { forced: true }
+                    } else {
+                        Input::Deadline
+                    }
                 }
-                () = sleep_until(ladder_at), if ladder_at.is_some() => Input::Deadline,
             };
             let (next, action) = ladder.step(input, Instant::now(), &cfg);
             ladder = next;

@@ -151,7 +151,8 @@ async fn cycle(runner: &Runner, position: &mut Option<Position>) -> Cycle {
             last_start: start,
             changes,
         });
-        let err = match runner.attempt(Attempt { retry, started }).await {
+        // Boxed: an idle timer then holds a small future between runs, not the attempt's.
+        let err = match Box::pin(runner.attempt(Attempt { retry, started })).await {
             AttemptEnd::Stopped(exit) => return Cycle::Stopped(exit),
             AttemptEnd::Finished(Ok(output)) => {
                 runner.emit_output(output);
