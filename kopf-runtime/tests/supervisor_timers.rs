@@ -6,6 +6,7 @@ mod common;
 use common::*;
 use kopf_runtime::{ErrorsMode, HandlerError, StopReason};
 use serde_json::json;
+use std::sync::{Arc, Mutex};
 
 /// A timer whose every run takes `run_ms`.
 fn slow(id: &'static str, run_ms: u64) -> H {
@@ -406,4 +407,45 @@ async fn idle_only_counts_a_change_made_in_the_same_instant_after_a_run_started(
     h.observe(&Obj::new("u1").spec(json!({"changed": true})));
     h.at(2000).await;
     assert_eq!(h.log.call_times("t"), vec![300, 600]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_run_of_an_instance_logs_in_one_span_that_names_the_object() {
+    let logs = Logs::capture();
+    let ids = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&ids);
+    let t = timer("t")
+        .with(|s| s.schedule.interval = Some(secs(1)))
+        .run(move |ctx| {
+            seen.lock().unwrap().push(ctx.inv.span.id());
+            let _entered = ctx.inv.span.enter();
+            tracing::info!("tick from the handler");
+            async { ok() }
+        });
+    let h = Harness::new(vec![t]);
+    h.observe(&Obj::named("u1", "first"));
+    h.at(2500).await;
+    let ids = ids.lock().unwrap().clone();
+    assert_eq!(ids.len(), 3, "{ids:?}");
+    assert!(
+        ids[0].is_some(),
+        "a subscriber listens, so the span is real"
+    );
+    assert!(
+        ids.iter().all(|id| *id == ids[0]),
+        "one span per instance: {ids:?}"
+    );
+    let lines = logs.lines_with(&["tick from the handler"]);
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    for needle in [
+        r#"kind="timer""#,
+        r#"handler="t""#,
+        r#"name="first""#,
+        r#"uid="u1""#,
+    ] {
+        assert!(
+            lines.iter().all(|l| l.contains(needle)),
+            "{needle} in {lines:?}"
+        );
+    }
 }

@@ -142,6 +142,7 @@ fn invocation(
         retry: 2,
         started: Instant::now() - Duration::from_secs(3),
         services,
+        span: tracing::Span::none(),
     };
     (invocation, tx)
 }

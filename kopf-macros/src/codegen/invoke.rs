@@ -87,10 +87,7 @@ pub(crate) fn invoke_fn(model: &HandlerModel, object: &TokenStream) -> TokenStre
         fn invoke(
             __kopf_invocation: #krate::Invocation,
         ) -> ::core::result::Result<#krate::Call, #krate::HandlerError> {
-            let __kopf_scope = #krate::__private::Scope::new(
-                __kopf_invocation,
-                <Self as #krate::TypedHandler>::SPEC,
-            );
+            let __kopf_scope = #krate::__private::Scope::new(__kopf_invocation);
             #(#checks)*
             #(#lets)*
             ::core::result::Result::Ok(#run)

@@ -57,6 +57,8 @@ impl fmt::Debug for Call {
 pub struct Services {
     // Shared: every invocation gets a clone, which must not copy the map.
     map: Arc<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
+    /// One value for this clone only (see [`Services::insert_scoped`]).
+    scoped: Option<(TypeId, Arc<dyn Any + Send + Sync>)>,
 }
 
 impl fmt::Debug for Services {
@@ -73,13 +75,32 @@ impl Services {
         Arc::make_mut(&mut self.map).insert(TypeId::of::<T>(), Arc::new(value));
     }
 
-    /// The service of type `T`, if one was inserted.
+    /// Adds a value of type `T` to this clone only, without copying the shared map: what one
+    /// invocation adds for itself (its patch). A second scoped value replaces the first.
+    ///
+    /// ```
+    /// use kopf_runtime::Services;
+    /// let mut shared = Services::default();
+    /// shared.insert(1_u8);
+    /// let mut mine = shared.clone();
+    /// mine.insert_scoped("only here");
+    /// assert_eq!(*mine.get::<&str>().unwrap(), "only here");
+    /// assert_eq!(*mine.get::<u8>().unwrap(), 1);
+    /// assert!(shared.get::<&str>().is_none());
+    /// ```
+    pub fn insert_scoped<T: Any + Send + Sync>(&mut self, value: T) {
+        self.scoped = Some((TypeId::of::<T>(), Arc::new(value)));
+    }
+
+    /// The service of type `T`, if one was inserted (a scoped value first).
     #[must_use]
     pub fn get<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
-        self.map
-            .get(&TypeId::of::<T>())
-            .cloned()
-            .and_then(|a| a.downcast::<T>().ok())
+        let tid = TypeId::of::<T>();
+        let found = match &self.scoped {
+            Some((t, value)) if *t == tid => Some(value),
+            _ => self.map.get(&tid),
+        };
+        found.cloned().and_then(|a| a.downcast::<T>().ok())
     }
 }
 
@@ -100,6 +121,9 @@ pub struct Invocation {
     pub started: Instant,
     /// The operator's services.
     pub services: Services,
+    /// The instance's span (kind, handler, namespace, name, uid): the handler runs inside it, so
+    /// its log lines carry the object. Made once per instance, not per invocation.
+    pub span: tracing::Span,
 }
 
 /// Why a handler's filters could not be evaluated for an object.

@@ -40,7 +40,8 @@ use crate::core::stop::Stopper;
 /// #     serde_json::json!({"metadata": {"name": "a", "uid": "u"}})).unwrap());
 /// # let (_tx, live) = tokio::sync::watch::channel(object.clone());
 /// # let invocation = Invocation { object, live, stopper: kopf_runtime::Stopper::new(),
-/// #     retry: 0, started: tokio::time::Instant::now(), services: Default::default() };
+/// #     retry: 0, started: tokio::time::Instant::now(), services: Default::default(),
+/// #     span: tracing::Span::none() };
 /// let Name(name) = <Name as Inject<()>>::inject(&invocation).unwrap();
 /// assert_eq!(name, "a");
 /// ```
@@ -127,7 +128,7 @@ pub struct Runtime(pub Duration);
 /// #     serde_json::json!({"metadata": {"name": "a", "uid": "u"}})).unwrap());
 /// # let (_tx, live) = tokio::sync::watch::channel(object.clone());
 /// # let invocation = Invocation { object, live, stopper: Stopper::new(), retry: 0,
-/// #     started: tokio::time::Instant::now(), services };
+/// #     started: tokio::time::Instant::now(), services, span: tracing::Span::none() };
 /// let settings = <Data<Settings> as Inject<()>>::inject(&invocation).unwrap();
 /// assert_eq!(settings.greeting, "hi");
 /// ```
@@ -253,10 +254,7 @@ impl<K> Inject<K> for Patch {
 
 impl<K> Inject<K> for tracing::Span {
     fn inject(invocation: &Invocation) -> Result<Self, HandlerError> {
-        Ok(match invocation.services.get::<Scratch>() {
-            Some(scratch) => scratch.span.clone(),
-            None => super::scope::object_span(invocation, "", ""),
-        })
+        Ok(invocation.span.clone())
     }
 }
 

@@ -10,26 +10,11 @@ use tracing::Instrument;
 use super::patch::Patch;
 use crate::core::handler::{Call, Invocation, Output};
 use crate::core::outcome::HandlerError;
-use crate::core::spec::HandlerSpec;
 
-/// Per-invocation values that injection reads from the invocation's services.
+/// Per-invocation values that injection reads from the invocation's scoped service.
 #[derive(Debug)]
 pub(crate) struct Scratch {
     pub(crate) patch: Patch,
-    pub(crate) span: tracing::Span,
-}
-
-/// The per-object span: every log line of the handler carries these fields.
-pub(crate) fn object_span(invocation: &Invocation, kind: &str, id: &str) -> tracing::Span {
-    let reference = invocation.object.reference();
-    tracing::info_span!(
-        "handler",
-        kind,
-        handler = id,
-        namespace = reference.namespace.as_deref().unwrap_or(""),
-        name = &*reference.name,
-        uid = &*reference.uid,
-    )
 }
 
 /// One invocation being prepared by generated code. Not for direct use.
@@ -42,14 +27,15 @@ pub struct Scope {
 }
 
 impl Scope {
-    /// Prepares the invocation: the per-object span and the patch become injectable.
+    /// Prepares the invocation: the patch becomes injectable, and the handler will run in the
+    /// instance's span.
     #[must_use]
-    pub fn new(mut invocation: Invocation, spec: &'static HandlerSpec) -> Self {
-        let span = object_span(&invocation, spec.kind.as_str(), spec.id);
+    pub fn new(mut invocation: Invocation) -> Self {
+        let span = invocation.span.clone();
         let patch = Patch::for_invocation(&invocation);
-        invocation.services.insert(Scratch {
+        // Scoped: inserting into the shared map would copy it on every invocation.
+        invocation.services.insert_scoped(Scratch {
             patch: patch.clone(),
-            span: span.clone(),
         });
         Self {
             invocation,

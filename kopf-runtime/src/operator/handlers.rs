@@ -115,6 +115,7 @@ mod tests {
             retry: 0,
             started: tokio::time::Instant::now(),
             services: Services::default(),
+            span: tracing::Span::none(),
         }
     }
 
