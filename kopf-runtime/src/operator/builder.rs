@@ -45,7 +45,7 @@ pub struct OperatorBuilder {
     pub(crate) field_manager: String,
     pub(crate) health_addr: Option<SocketAddr>,
     pub(crate) shutdown_timeout: Duration,
-    pub(crate) requests_per_second: u32,
+    pub(crate) requests_per_second: Option<u32>,
     pub(crate) max_writes_in_flight: usize,
     pub(crate) max_concurrent_handlers: Option<usize>,
     pub(crate) log_format: Option<LogFormat>,
@@ -83,7 +83,7 @@ impl Default for OperatorBuilder {
             field_manager: Self::DEFAULT_FIELD_MANAGER.to_owned(),
             health_addr: None,
             shutdown_timeout: Self::DEFAULT_SHUTDOWN_TIMEOUT,
-            requests_per_second: Self::DEFAULT_REQUESTS_PER_SECOND,
+            requests_per_second: None,
             max_writes_in_flight: Self::DEFAULT_WRITES_IN_FLIGHT,
             max_concurrent_handlers: None,
             log_format: None,
@@ -99,15 +99,14 @@ impl OperatorBuilder {
     pub const DEFAULT_FIELD_MANAGER: &'static str = "kopf";
     /// How long a shutdown may take by default.
     pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(25);
-    /// The default client-side limit on requests per second.
-    pub const DEFAULT_REQUESTS_PER_SECOND: u32 = 50;
-    /// The default limit on writes (patches, events) in flight.
-    pub const DEFAULT_WRITES_IN_FLIGHT: usize = 16;
+    /// The default limit on writes (patches, finalizer changes, events) in flight.
+    pub const DEFAULT_WRITES_IN_FLIGHT: usize = 32;
 
     /// Uses this client as it is. Without it, the operator builds its own client from
     /// [`kube_config`](Self::kube_config) or from the environment (kubeconfig, or the in-cluster
     /// service account). Only a client the operator builds itself is subject to
-    /// [`max_requests_per_second`](Self::max_requests_per_second).
+    /// [`max_requests_per_second`](Self::max_requests_per_second) and counted in
+    /// [`OperatorStats::requests`](super::OperatorStats::requests).
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -121,7 +120,8 @@ impl OperatorBuilder {
         self
     }
 
-    /// Builds the operator's client from this configuration (with the request-rate limit).
+    /// Builds the operator's client from this configuration (counting its requests, and with the
+    /// request-rate limit if one is set).
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -263,19 +263,28 @@ impl OperatorBuilder {
         self
     }
 
-    /// The client-side limit on requests per second (default 50, bursts of up to twice that).
+    /// Turns on a client-side limit of `rate` requests per second (at least 1), with bursts of
+    /// up to twice that, on every request of the operator's own client: lists, watches, reads,
+    /// writes, events and the handlers' requests through the injected client.
+    ///
+    /// Default: no client-side limit. The API server protects itself with API Priority and
+    /// Fairness (it queues or answers 429, which the operator retries after `Retry-After`), the
+    /// operator's writes are bounded by [`max_writes_in_flight`](Self::max_writes_in_flight), and
+    /// timers by their intervals. Set a limit when the operator must stay under a budget that
+    /// the server does not enforce.
     ///
     /// ```
     /// let builder = kopf_runtime::Operator::builder().max_requests_per_second(20);
     /// # drop(builder);
     /// ```
     pub fn max_requests_per_second(mut self, rate: u32) -> Self {
-        self.requests_per_second = rate;
+        self.requests_per_second = Some(rate);
         self
     }
 
     /// The limit on the operator's writes in flight: patches, finalizer changes and events
-    /// (default 16).
+    /// (default [`DEFAULT_WRITES_IN_FLIGHT`](Self::DEFAULT_WRITES_IN_FLIGHT), 32). Further writes
+    /// wait for a free slot: this is the operator's back-pressure on the API server.
     ///
     /// ```
     /// let builder = kopf_runtime::Operator::builder().max_writes_in_flight(4);
@@ -319,7 +328,7 @@ impl OperatorBuilder {
                 reason: reason.to_owned(),
             })
         };
-        if self.requests_per_second == 0 {
+        if self.requests_per_second == Some(0) {
             return invalid("max_requests_per_second", "must be at least 1");
         }
         if self.max_writes_in_flight == 0 {
@@ -377,5 +386,27 @@ mod tests {
                 .is_err()
         );
         assert!(OperatorBuilder::default().validate().is_ok());
+    }
+
+    #[test]
+    fn defaults_set_no_rate_limit_and_thirty_two_writes_in_flight() {
+        let builder = OperatorBuilder::default();
+        assert_eq!(builder.requests_per_second, None);
+        assert_eq!(builder.max_writes_in_flight, 32);
+        assert_eq!(OperatorBuilder::DEFAULT_WRITES_IN_FLIGHT, 32);
+    }
+
+    #[test]
+    fn a_rate_limit_is_opt_in_and_validated() {
+        let limited = OperatorBuilder::default().max_requests_per_second(20);
+        assert_eq!(limited.requests_per_second, Some(20));
+        assert!(limited.validate().is_ok());
+        let one = OperatorBuilder::default().max_requests_per_second(1);
+        assert!(one.validate().is_ok());
+        let writes = OperatorBuilder::default().max_writes_in_flight(0);
+        assert_eq!(
+            writes.validate().unwrap_err().to_string(),
+            "invalid operator option `max_writes_in_flight`: must be at least 1"
+        );
     }
 }

@@ -1,5 +1,5 @@
-//! Client-side request limits: a token bucket on every request the operator's client sends (a
-//! tower layer under the kube client) and counters for the statistics.
+//! Client-side request limits: a tower layer under the operator's kube client that counts every
+//! request for the statistics and, when a limit is set, holds the requests to a token bucket.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -24,7 +24,7 @@ pub struct RequestStats {
     pub total: u64,
     /// Requests other than GET/HEAD/OPTIONS.
     pub writes: u64,
-    /// Requests that had to wait for the rate limit.
+    /// Requests that had to wait for the rate limit (always 0 without a client-side limit).
     pub delayed: u64,
 }
 
@@ -36,34 +36,15 @@ struct Bucket {
 
 /// A token bucket: `rate` tokens per second, holding at most `burst`.
 #[derive(Debug)]
-pub(crate) struct RateLimiter {
+struct TokenBucket {
     rate: f64,
     burst: f64,
-    bucket: Mutex<Bucket>,
-    total: AtomicU64,
-    writes: AtomicU64,
-    delayed: AtomicU64,
+    state: Mutex<Bucket>,
 }
 
-impl RateLimiter {
-    /// A limiter of `rate` requests per second with bursts of up to `burst`.
-    pub(crate) fn new(rate: f64, burst: f64) -> Self {
-        Self {
-            rate,
-            burst,
-            bucket: Mutex::new(Bucket {
-                tokens: burst,
-                last: Instant::now(),
-            }),
-            total: AtomicU64::new(0),
-            writes: AtomicU64::new(0),
-            delayed: AtomicU64::new(0),
-        }
-    }
-
-    /// Takes a token, or says how long to wait for the next one.
-    pub(crate) fn try_take(&self, now: Instant) -> Result<(), Duration> {
-        let mut b = self.bucket.lock().unwrap_or_else(PoisonError::into_inner);
+impl TokenBucket {
+    fn try_take(&self, now: Instant) -> Result<(), Duration> {
+        let mut b = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let elapsed = now.saturating_duration_since(b.last).as_secs_f64();
         b.tokens = (b.tokens + elapsed * self.rate).min(self.burst);
         b.last = now;
@@ -72,6 +53,65 @@ impl RateLimiter {
             Ok(())
         } else {
             Err(Duration::from_secs_f64((1.0 - b.tokens) / self.rate))
+        }
+    }
+}
+
+/// Counts the operator's requests and, when a client-side limit is set, holds them to it with a
+/// token bucket. Without a limit, requests pass at once and are only counted (the API server's
+/// Priority and Fairness protects it).
+#[derive(Debug)]
+pub(crate) struct RateLimiter {
+    bucket: Option<TokenBucket>,
+    total: AtomicU64,
+    writes: AtomicU64,
+    delayed: AtomicU64,
+}
+
+impl RateLimiter {
+    /// A limiter of `rate` requests per second with bursts of up to `burst`.
+    pub(crate) fn new(rate: f64, burst: f64) -> Self {
+        Self::with_bucket(Some(TokenBucket {
+            rate,
+            burst,
+            state: Mutex::new(Bucket {
+                tokens: burst,
+                last: Instant::now(),
+            }),
+        }))
+    }
+
+    /// No limit: every request passes at once and is counted.
+    pub(crate) fn unlimited() -> Self {
+        Self::with_bucket(None)
+    }
+
+    /// The limiter for the builder's `max_requests_per_second` option: none set means no limit;
+    /// `n` per second means bursts of up to `2 n`.
+    pub(crate) fn per_second(requests_per_second: Option<u32>) -> Self {
+        match requests_per_second {
+            None => Self::unlimited(),
+            Some(n) => {
+                let rate = f64::from(n);
+                Self::new(rate, (rate * 2.0).max(1.0))
+            }
+        }
+    }
+
+    fn with_bucket(bucket: Option<TokenBucket>) -> Self {
+        Self {
+            bucket,
+            total: AtomicU64::new(0),
+            writes: AtomicU64::new(0),
+            delayed: AtomicU64::new(0),
+        }
+    }
+
+    /// Takes a token, or says how long to wait for the next one. Without a limit, always `Ok`.
+    pub(crate) fn try_take(&self, now: Instant) -> Result<(), Duration> {
+        match &self.bucket {
+            None => Ok(()),
+            Some(bucket) => bucket.try_take(now),
         }
     }
 
@@ -92,7 +132,7 @@ impl RateLimiter {
     }
 }
 
-/// The tower layer that applies a [`RateLimiter`] to a client's service.
+/// The tower layer that applies a [`RateLimiter`] (with or without a limit) to a client's service.
 #[derive(Debug, Clone)]
 pub(crate) struct RateLimitLayer(pub(crate) Arc<RateLimiter>);
 
@@ -109,7 +149,7 @@ impl<S> Layer<S> for RateLimitLayer {
     }
 }
 
-/// A service that waits for a token before each request.
+/// A service that counts each request and, when a limit is set, waits for a token before it.
 #[derive(Debug)]
 pub(crate) struct RateLimited<S> {
     inner: S,
@@ -181,6 +221,73 @@ mod tests {
         fn call(&mut self, _req: Request<()>) -> Self::Future {
             std::future::ready(Ok(()))
         }
+    }
+
+    /// Sends `count` requests one after another through the layer (a write every other one).
+    async fn send(limiter: &Arc<RateLimiter>, count: usize) {
+        let mut svc = RateLimitLayer(limiter.clone()).layer(Echo);
+        for i in 0..count {
+            std::future::poll_fn(|cx| svc.poll_ready(cx)).await.unwrap();
+            let method = if i % 2 == 0 {
+                Method::GET
+            } else {
+                Method::PATCH
+            };
+            let req = Request::builder().method(method).body(()).unwrap();
+            svc.call(req).await.unwrap();
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_a_limit_requests_pass_at_once_and_are_counted() {
+        let limiter = Arc::new(RateLimiter::unlimited());
+        let start = Instant::now();
+        send(&limiter, 1000).await;
+        // Paused time only advances when something sleeps: nothing did.
+        assert_eq!(start.elapsed(), Duration::ZERO);
+        assert_eq!(
+            limiter.stats(),
+            RequestStats {
+                total: 1000,
+                writes: 500,
+                delayed: 0
+            }
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_builder_default_sets_no_client_side_limit() {
+        let default = crate::Operator::builder().requests_per_second;
+        assert_eq!(default, None);
+        let limiter = Arc::new(RateLimiter::per_second(default));
+        let start = Instant::now();
+        // Far more than any bucket's burst: the old default (50/s, burst 100) would take 18 s.
+        send(&limiter, 1000).await;
+        assert_eq!(start.elapsed(), Duration::ZERO);
+        assert_eq!(limiter.stats().delayed, 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_limit_still_throttles_after_its_burst_of_twice_the_rate() {
+        let limiter = Arc::new(RateLimiter::per_second(Some(5)));
+        let start = Instant::now();
+        send(&limiter, 10).await;
+        // The burst (2 × 5) goes through at once ...
+        assert_eq!(start.elapsed(), Duration::ZERO);
+        send(&limiter, 10).await;
+        // ... then one request every 200 ms.
+        assert_eq!(start.elapsed(), Duration::from_secs(2));
+        assert_eq!(limiter.stats().total, 20);
+        assert_eq!(limiter.stats().delayed, 10);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_limit_of_one_per_second_still_allows_a_request_at_once() {
+        let limiter = RateLimiter::per_second(Some(1));
+        let now = Instant::now();
+        assert!(limiter.try_take(now).is_ok());
+        assert!(limiter.try_take(now).is_ok());
+        assert_eq!(limiter.try_take(now), Err(Duration::from_secs(1)));
     }
 
     #[tokio::test(start_paused = true)]

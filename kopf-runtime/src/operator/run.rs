@@ -489,8 +489,7 @@ impl OperatorBuilder {
             None => kube::Config::infer().await.map_err(OperatorError::Config)?,
         };
         refuse_insecure_tls(&config)?;
-        let rate = f64::from(self.requests_per_second);
-        let limiter = Arc::new(RateLimiter::new(rate, (rate * 2.0).max(1.0)));
+        let limiter = Arc::new(RateLimiter::per_second(self.requests_per_second));
         let client = kube::client::ClientBuilder::try_from(config)
             .map_err(OperatorError::Client)?
             .with_layer(&RateLimitLayer(limiter.clone()))
