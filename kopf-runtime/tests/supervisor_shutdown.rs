@@ -212,3 +212,30 @@ async fn abandoned_timers_are_counted_apart_from_daemons() {
     gate.open();
     h.settle(|h| h.stats().threads == 0).await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn at_the_deadline_a_lingering_invocation_stops_being_driven() {
+    let logs = Logs::capture();
+    let gate = Gate::default();
+    // No cancellation_timeout: a blocking daemon that ignores its flag lingers, logged every 5 s.
+    let stuck = stuck(&gate).with(|s| s.cancellation_polling = secs(5));
+    let h = Harness::new(vec![stuck]);
+    h.observe(&Obj::new("u1"));
+    h.at(1000).await;
+    let report = h.sup.shutdown().await;
+    assert_eq!(h.now(), 26_000);
+    assert_eq!(report.abandoned, vec![(r("u1"), "stuck")]);
+    let lingering = logs.lines_with(&["stuck", "is still exiting"]).len();
+    assert!(
+        lingering >= 4,
+        "lingered before the deadline: {lingering} lines"
+    );
+    h.at(60_000).await;
+    assert_eq!(
+        logs.lines_with(&["stuck", "is still exiting"]).len(),
+        lingering,
+        "the abandoned invocation is not driven after the deadline"
+    );
+    gate.open();
+    h.settle(|h| h.stats().threads == 0).await;
+}

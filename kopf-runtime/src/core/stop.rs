@@ -220,6 +220,17 @@ impl Stopper {
         }
     }
 
+    /// Waits until the reasons satisfy `done` (re-checked at every `stop()`).
+    pub(crate) async fn reasons(&self, done: impl Fn(StopReason) -> bool) {
+        loop {
+            let notified = self.inner.notify.notified();
+            if done(self.reason()) {
+                return;
+            }
+            notified.await;
+        }
+    }
+
     /// Sleeps for `duration` or until the flag is set, whichever comes first. Returns `true` if
     /// the flag is set (so `if stopper.sleep(d).await { break }` reads naturally).
     ///

@@ -2,13 +2,14 @@
 //! `timeout`, and run the stop ladder when it is asked to stop.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use futures::FutureExt;
 use futures::future::{BoxFuture, CatchUnwind};
 use tokio::sync::{OwnedSemaphorePermit, oneshot};
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 
 use super::blocking::{ThreadResult, spawn_thread};
 use super::ladder::{Action, Input, Ladder, LadderConfig};
@@ -169,6 +170,8 @@ impl Runner {
         let deadline = self.spec.timeout.map(|t| Instant::now() + t);
         let mut ladder = Ladder::Running;
         let mut timed_out = false;
+        // Made only when there is a deadline: most invocations never need a timer.
+        let mut sleep: Option<Pin<Box<Sleep>>> = None;
         loop {
             let ladder_at = ladder.deadline();
             let timeout_at = deadline.filter(|_| !timed_out);
@@ -177,21 +180,32 @@ impl Runner {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             };
+            if let Some(at) = wake_at {
+                match &mut sleep {
+                    Some(s) => s.as_mut().reset(at),
+                    None => sleep = Some(Box::pin(tokio::time::sleep_until(at))),
+                }
+            }
+            let running = ladder.is_running();
             let input = tokio::select! {
                 biased;
                 result = work.wait() => {
                     let outcome = result.map_err(|message| self.panicked(&message)).and_then(|o| o);
                     return (Ended::Returned(outcome), timed_out);
                 }
-                // Only a stopping invocation can be abandoned: shutdown stops everything first.
-                () = self.inner.abandon.cancelled(), if !ladder.is_running() => {
-                    stopper.stop(StopReason::ABANDONED);
-                    return (Ended::Abandoned, timed_out);
-                }
-                () = self.shared.stopper.stopped(), if ladder.is_running() => {
+                // Running: wait for the stop flag. Stopping: wait for the shutdown deadline,
+                // which marks every instance still running ABANDONED (shutdown stops them all
+                // first, so only a stopping invocation can be abandoned).
+                () = self.shared.stopper.reasons(|r| {
+                    if running { !r.is_empty() } else { r.contains(StopReason::ABANDONED) }
+                }) => {
+                    if !running {
+                        stopper.stop(StopReason::ABANDONED);
+                        return (Ended::Abandoned, timed_out);
+                    }
                     Input::Stop { forced: false }
                 }
-                () = sleep_until(wake_at), if wake_at.is_some() => {
+                () = wake(&mut sleep), if wake_at.is_some() => {
                     if timeout_at.is_some_and(|at| Instant::now() >= at) {
                         timed_out = true;
                         stopper.stop(StopReason::HANDLER_TIMEOUT);
@@ -251,9 +265,10 @@ impl Runner {
     }
 }
 
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
+/// Waits for the invocation's timer (never, without one).
+async fn wake(sleep: &mut Option<Pin<Box<Sleep>>>) {
+    match sleep {
+        Some(s) => s.as_mut().await,
         None => std::future::pending().await,
     }
 }

@@ -154,7 +154,6 @@ impl Supervisor {
             threads: Arc::new(AtomicUsize::new(0)),
             active: watch::Sender::new(0),
             force: CancellationToken::new(),
-            abandon: CancellationToken::new(),
             needs_essence,
         };
         (

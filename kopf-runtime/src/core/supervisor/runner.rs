@@ -47,22 +47,28 @@ fn instance_span(reference: &ObjectRef, spec: &HandlerSpec) -> tracing::Span {
     )
 }
 
-/// Reports the instance's end to the supervisor however the task ends (also when the runtime
-/// drops it).
-struct ExitGuard {
-    inner: Arc<Inner>,
-    uid: Arc<str>,
-    index: usize,
-    shared: Arc<InstanceShared>,
+/// The instance's task state: its runner, and how it ended. Dropping it (however the task
+/// ends, also when the runtime drops it) reports the end to the supervisor.
+struct Task {
+    runner: Runner,
     exit: Exit,
 }
 
-impl Drop for ExitGuard {
+impl Task {
+    /// Records how the instance ended (reported when the task is dropped).
+    fn ended(&mut self, exit: Exit) {
+        self.exit = exit;
+    }
+}
+
+impl Drop for Task {
     fn drop(&mut self) {
+        let runner = &self.runner;
         // A thread left behind keeps seeing its flag set.
-        self.shared.stop(StopReason::DONE);
-        self.inner
-            .instance_exited(&self.uid, self.index, &self.shared, self.exit);
+        runner.shared.stop(StopReason::DONE);
+        runner
+            .inner
+            .instance_exited(&runner.uid, runner.index, &runner.shared, self.exit);
     }
 }
 
@@ -90,23 +96,28 @@ impl Runner {
     }
 
     /// The instance's task.
-    pub(crate) async fn run(mut self) {
-        let mut guard = ExitGuard {
-            inner: Arc::clone(&self.inner),
-            uid: Arc::clone(&self.uid),
-            index: self.index,
-            shared: Arc::clone(&self.shared),
+    ///
+    /// Not an `async fn`: its future would hold the runner twice (the argument, and the
+    /// moved-in local); this one captures the task state once.
+    pub(crate) fn run(self) -> impl Future<Output = ()> + Send + 'static {
+        let mut task = Task {
+            runner: self,
             exit: Exit::Dropped,
         };
-        tracing::debug!(object = %self.reference, handler = self.spec.id, "{} started", self.kind());
-        guard.exit = match self.spec.kind {
-            HandlerKind::Daemon => daemon::run(&mut self).await,
-            HandlerKind::Timer => timer::run(&mut self).await,
-        };
-        tracing::debug!(
-            object = %self.reference, handler = self.spec.id, exit = ?guard.exit,
-            "{} ended", self.kind()
-        );
+        async move {
+            let runner = &mut task.runner;
+            let (reference, id, kind) = (&runner.reference, runner.spec.id, runner.kind());
+            tracing::debug!(object = %reference, handler = id, "{kind} started");
+            let exit = match runner.spec.kind {
+                // Boxed: a daemon lives inside its (large) invocation future, so the task
+                // itself is sized for a timer, whose future between runs is small.
+                HandlerKind::Daemon => Box::pin(daemon::run(runner)).await,
+                HandlerKind::Timer => timer::run(runner).await,
+            };
+            let (reference, id, kind) = (&runner.reference, runner.spec.id, runner.kind());
+            tracing::debug!(object = %reference, handler = id, exit = ?exit, "{kind} ended");
+            task.ended(exit);
+        }
     }
 
     pub(crate) fn kind(&self) -> &'static str {

@@ -119,7 +119,6 @@ impl Inner {
         if let ShutdownPhase::Done(report) = &state.shutdown {
             return report.clone();
         }
-        self.abandon.cancel();
         let mut left = Vec::new();
         for (uid, entry) in &mut state.objects {
             for (index, slot) in entry.slots.iter_mut().enumerate() {

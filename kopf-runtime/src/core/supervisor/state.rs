@@ -33,8 +33,6 @@ pub(crate) struct Inner {
     pub(crate) active: watch::Sender<usize>,
     /// Cancelled by a second shutdown request: skip the grace period.
     pub(crate) force: CancellationToken,
-    /// Cancelled at the shutdown deadline: every instance still running is abandoned.
-    pub(crate) abandon: CancellationToken,
     /// Whether any handler is an `idle` timer (only then essences are computed).
     pub(crate) needs_essence: bool,
 }

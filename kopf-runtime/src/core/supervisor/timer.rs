@@ -39,7 +39,7 @@ struct Position {
 
 /// Runs a timer instance to its end.
 pub(crate) async fn run(runner: &mut Runner) -> Exit {
-    let schedule = runner.spec.schedule;
+    let schedule = &runner.spec.schedule;
     let one_shot = schedule.once || (schedule.interval.is_none() && schedule.idle.is_none());
     if let Some(delay) = runner.initial_delay()
         && runner.sleep_until(Instant::now() + delay).await
@@ -53,8 +53,10 @@ pub(crate) async fn run(runner: &mut Runner) -> Exit {
         {
             return Exit::Exited;
         }
+        // The rarer waits and the cycle are boxed, so that the task between runs holds only a
+        // sleep: the size of every instance's task is that of its largest await.
         if let Some(idle) = schedule.idle
-            && wait_idle(runner, idle).await
+            && Box::pin(wait_idle(runner, idle)).await
         {
             return Exit::Exited;
         }
@@ -64,7 +66,7 @@ pub(crate) async fn run(runner: &mut Runner) -> Exit {
                 return Exit::Exited;
             }
         }
-        match cycle(runner, &mut position).await {
+        match Box::pin(cycle(runner, &mut position)).await {
             Cycle::Stopped(exit) => return exit,
             Cycle::Permanent => return runner.finished(),
             Cycle::Over if one_shot => return runner.finished(),
@@ -92,16 +94,22 @@ async fn wait_for_next(runner: &mut Runner, pos: &Position) -> bool {
             runner.sleep_until(at).await
         }
         Some(interval) => runner.sleep_until(now + interval.max(MIN_INTERVAL)).await,
-        // Counted when the latest run started: a change since then (even within the same
-        // millisecond) is one the handler has not seen.
-        None => loop {
-            if runner.idle.get().1 != pos.changes {
-                return false;
-            }
-            if wait_for_version(runner).await {
-                return true;
-            }
-        },
+        None => Box::pin(wait_for_change(runner, pos.changes)).await,
+    }
+}
+
+/// Waits for an essence change after the latest run started (idle-only timers). `true` if
+/// asked to stop.
+async fn wait_for_change(runner: &mut Runner, changes: u64) -> bool {
+    // Counted when the latest run started: a change since then (even within the same
+    // millisecond) is one the handler has not seen.
+    loop {
+        if runner.idle.get().1 != changes {
+            return false;
+        }
+        if wait_for_version(runner).await {
+            return true;
+        }
     }
 }
 
@@ -151,8 +159,7 @@ async fn cycle(runner: &Runner, position: &mut Option<Position>) -> Cycle {
             last_start: start,
             changes,
         });
-        // Boxed: an idle timer then holds a small future between runs, not the attempt's.
-        let err = match Box::pin(runner.attempt(Attempt { retry, started })).await {
+        let err = match runner.attempt(Attempt { retry, started }).await {
             AttemptEnd::Stopped(exit) => return Cycle::Stopped(exit),
             AttemptEnd::Finished(Ok(output)) => {
                 runner.emit_output(output);
