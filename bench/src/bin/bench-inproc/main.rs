@@ -3,6 +3,10 @@
 //! `tokio-daemons`, the floor). The harness (`kopf-bench`) reads CPU and RSS from outside at the
 //! phases announced on stdout (see `kopf-bench`'s `inproc` module).
 //!
+//! `objects` observes the same objects with a handler that matches none: what the supervisor
+//! keeps per object alone, subtracted by the harness to give the cost per instance excluding
+//! the object cache.
+//!
 //! Usage: `bench-inproc MODE N WINDOW_SECONDS`
 
 mod supervised;
@@ -115,7 +119,9 @@ async fn measure(
 async fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [mode, n, window] = args.as_slice() else {
-        bail!("usage: bench-inproc timers|daemons|tokio-timers|tokio-daemons N WINDOW_SECONDS");
+        bail!(
+            "usage: bench-inproc timers|daemons|objects|tokio-timers|tokio-daemons N WINDOW_SECONDS"
+        );
     };
     let n: usize = n.parse().context("N must be a number")?;
     let window = Duration::from_secs_f64(window.parse().context("WINDOW must be seconds")?);
@@ -130,9 +136,15 @@ async fn main() -> anyhow::Result<()> {
             };
             measure(bare, &tracker, n, window).await
         }
-        "timers" | "daemons" => {
-            let population =
-                supervised::Supervised::prepare(n, mode == "daemons", Arc::clone(&tracker))?;
+        "timers" | "daemons" | "objects" => {
+            // `objects`: the same objects observed by the same supervisor, with a handler that
+            // matches none of them: the per-object cost alone (the object cache).
+            let population = supervised::Supervised::prepare(
+                n,
+                mode == "daemons",
+                mode != "objects",
+                Arc::clone(&tracker),
+            )?;
             measure(population, &tracker, n, window).await
         }
         other => bail!("unknown mode {other:?}"),

@@ -21,9 +21,11 @@ static TIMER: HandlerSpec = {
 static DAEMON: HandlerSpec = HandlerSpec::new("tick", HandlerKind::Daemon);
 
 /// A timer that records its fire, or a daemon that records a tick each second until stopped.
+/// Unless `enabled`, it matches no object (the objects are then only tracked).
 struct Tick {
     daemon: bool,
     tracker: Arc<Tracker>,
+    enabled: bool,
 }
 
 impl ErasedHandler for Tick {
@@ -32,7 +34,7 @@ impl ErasedHandler for Tick {
     }
 
     fn matches(&self, _: &ObjectState) -> Result<bool, MatchError> {
-        Ok(true)
+        Ok(self.enabled)
     }
 
     fn invoke(&self, inv: Invocation) -> Result<Call, HandlerError> {
@@ -62,7 +64,12 @@ pub(crate) struct Supervised {
 }
 
 impl Supervised {
-    pub(crate) fn prepare(n: usize, daemon: bool, tracker: Arc<Tracker>) -> anyhow::Result<Self> {
+    pub(crate) fn prepare(
+        n: usize,
+        daemon: bool,
+        enabled: bool,
+        tracker: Arc<Tracker>,
+    ) -> anyhow::Result<Self> {
         let objects = (0..n)
             .map(|i| {
                 ObjectState::from_json(serde_json::json!({
@@ -77,7 +84,11 @@ impl Supervised {
                 }))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let handler: Arc<dyn ErasedHandler> = Arc::new(Tick { daemon, tracker });
+        let handler: Arc<dyn ErasedHandler> = Arc::new(Tick {
+            daemon,
+            tracker,
+            enabled,
+        });
         let (supervisor, mut effects) = Supervisor::new(
             vec![handler],
             Services::default(),

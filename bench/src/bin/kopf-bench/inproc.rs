@@ -42,8 +42,9 @@ impl Kind {
     }
 }
 
-/// The arms of scenario 7: the supervisor, and bare tokio tasks doing the same.
-const ARMS: [&str; 2] = ["kopf-rs", "tokio"];
+/// The arms of scenario 7: the supervisor, bare tokio tasks doing the same, and the supervisor
+/// with the same objects but no handler matching (the object cache alone).
+const ARMS: [&str; 3] = ["kopf-rs", "tokio", "objects"];
 
 fn measure(
     programs: &Programs,
@@ -57,6 +58,7 @@ fn measure(
     let mode = match (arm, kind) {
         ("kopf-rs", Kind::Timers) => "timers",
         ("kopf-rs", Kind::Daemons) => "daemons",
+        ("objects", _) => "objects",
         (_, Kind::Timers) => "tokio-timers",
         (_, Kind::Daemons) => "tokio-daemons",
     };
@@ -176,5 +178,26 @@ pub(crate) async fn trial(
         }
         out.push(trial);
     }
+    subtract_object_cache(&mut out);
     out
+}
+
+/// Adds `bytes_per_instance_excl_objects` to the kopf-rs trial: its bytes per instance minus
+/// the `objects` arm's (what the supervisor keeps per object whether or not anything runs:
+/// the entry, the latest snapshot, its change channel).
+fn subtract_object_cache(trials: &mut [Trial]) {
+    let per = |arm: &str| {
+        trials
+            .iter()
+            .find(|t| t.arm == arm && t.error.is_none())
+            .and_then(|t| t.metrics.get("bytes_per_instance").copied())
+    };
+    let (Some(all), Some(objects)) = (per("kopf-rs"), per("objects")) else {
+        return;
+    };
+    if let Some(t) = trials.iter_mut().find(|t| t.arm == "kopf-rs") {
+        t.metrics
+            .insert("bytes_per_instance_excl_objects".into(), all - objects);
+        t.metrics.insert("object_cache_bytes".into(), objects);
+    }
 }
