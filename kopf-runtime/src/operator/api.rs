@@ -153,7 +153,8 @@ impl Writer {
         object: &ObjectRef,
     ) -> Result<Option<DynamicObject>, kube::Error> {
         let _permit = self.writes.acquire().await;
-        let found = self.api_for(object).get_opt(&object.name).await?;
+        // Boxed after the permit (see `finalizer::send`).
+        let found = Box::pin(self.api_for(object).get_opt(&object.name)).await?;
         Ok(found.filter(|o| o.metadata.uid.as_deref() == Some(&*object.uid)))
     }
 }

@@ -128,10 +128,14 @@ pub(crate) async fn send(
         ..Default::default()
     };
     let _permit = writer.writes.acquire().await;
-    writer
-        .api_for(object)
-        .patch(&object.name, &params, &Patch::Json::<()>(patch))
-        .await
+    // Boxed after the permit: the request future is large (several KB), and an object's job
+    // waiting for a write slot (thousands at start-up) should not hold one.
+    Box::pin(
+        writer
+            .api_for(object)
+            .patch(&object.name, &params, &Patch::Json::<()>(patch)),
+    )
+    .await
 }
 
 #[cfg(test)]

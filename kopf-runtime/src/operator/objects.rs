@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use serde_json::{Map, Value};
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, debug, error, info, warn};
@@ -46,6 +47,8 @@ pub(crate) struct KindState {
     pub(crate) finalizer: Arc<str>,
     pub(crate) records: Arc<Records>,
     queues: Mutex<HashMap<Arc<str>, VecDeque<Job>>>,
+    /// Objects whose jobs may run at once (see [`KindState::JOB_SLOTS`]).
+    slots: Arc<Semaphore>,
     /// Set at shutdown: finalizers are left as they are (daemons resume after a restart).
     frozen: AtomicBool,
     pub(crate) stop: CancellationToken,
@@ -65,6 +68,12 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl KindState {
+    /// How many objects' jobs run at once; the others wait for a slot. A running job's future
+    /// holds its API requests (several KB); a waiting one almost nothing, so thousands of
+    /// objects queued at start-up or in a mass deletion cost little memory. Writes are limited
+    /// separately (`max_writes_in_flight`), so this many is never the bottleneck.
+    pub(crate) const JOB_SLOTS: usize = 256;
+
     pub(crate) fn new(
         info: ResourceInfo,
         supervisor: Supervisor,
@@ -82,6 +91,7 @@ impl KindState {
             events,
             finalizer,
             queues: Mutex::default(),
+            slots: Arc::new(Semaphore::new(Self::JOB_SLOTS)),
             frozen: AtomicBool::new(false),
             stop,
             tasks: TaskTracker::new(),
@@ -226,6 +236,11 @@ impl KindState {
 
     /// Runs the object's jobs one after another until its queue is empty.
     async fn work(self: Arc<Self>, uid: Arc<str>) {
+        let slots = Arc::clone(&self.slots);
+        let Some(Ok(_slot)) = self.stop.run_until_cancelled(slots.acquire()).await else {
+            lock(&self.queues).remove(&uid);
+            return;
+        };
         loop {
             let job = {
                 let mut queues = lock(&self.queues);
@@ -252,9 +267,8 @@ impl KindState {
                     } => self.output(&object, handler, result, patch).await,
                 }
             };
-            if self
-                .stop
-                .run_until_cancelled(run.instrument(span))
+            // Boxed: the task waiting for its slot stays small.
+            if Box::pin(self.stop.run_until_cancelled(run.instrument(span)))
                 .await
                 .is_none()
             {

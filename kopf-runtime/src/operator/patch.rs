@@ -219,14 +219,14 @@ impl KubePatchSink {
             ..Default::default()
         };
         let _permit = self.writer.writes.acquire().await;
+        // Boxed after the permit (see `finalizer::send`).
         match version {
             Some(version) => {
                 let mut body = body.clone();
                 body["metadata"]["resourceVersion"] = Value::String(version.to_owned());
-                api.patch_status(&object.name, &params, &Patch::Merge(&body))
-                    .await
+                Box::pin(api.patch_status(&object.name, &params, &Patch::Merge(&body))).await
             }
-            None => api.patch(&object.name, &params, &Patch::Merge(body)).await,
+            None => Box::pin(api.patch(&object.name, &params, &Patch::Merge(body))).await,
         }
     }
 }
