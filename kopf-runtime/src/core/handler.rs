@@ -89,7 +89,12 @@ impl Services {
     /// assert!(shared.get::<&str>().is_none());
     /// ```
     pub fn insert_scoped<T: Any + Send + Sync>(&mut self, value: T) {
-        self.scoped = Some((TypeId::of::<T>(), Arc::new(value)));
+        self.insert_scoped_arc(Arc::new(value));
+    }
+
+    /// [`Services::insert_scoped`] with a value the caller keeps a handle to.
+    pub(crate) fn insert_scoped_arc<T: Any + Send + Sync>(&mut self, value: Arc<T>) {
+        self.scoped = Some((TypeId::of::<T>(), value));
     }
 
     /// The service of type `T`, if one was inserted (a scoped value first).

@@ -244,7 +244,7 @@ impl<K> Inject<K> for kube::Client {
 impl<K> Inject<K> for Patch {
     fn inject(invocation: &Invocation) -> Result<Self, HandlerError> {
         match invocation.services.get::<Scratch>() {
-            Some(scratch) => Ok(scratch.patch.clone()),
+            Some(scratch) => Ok(scratch.patch(invocation)),
             None => Err(HandlerError::permanent(
                 "`Patch` can only be injected within a handler invocation",
             )),

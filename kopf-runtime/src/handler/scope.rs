@@ -2,6 +2,7 @@
 //! patch, and turning the user's return value into an [`Output`].
 
 use std::future::Future;
+use std::sync::{Arc, OnceLock};
 
 use serde::Serialize;
 use serde_json::Value;
@@ -11,10 +12,20 @@ use super::patch::Patch;
 use crate::core::handler::{Call, Invocation, Output};
 use crate::core::outcome::HandlerError;
 
-/// Per-invocation values that injection reads from the invocation's scoped service.
-#[derive(Debug)]
+/// Per-invocation values that injection reads from the invocation's scoped service. The patch
+/// is made when a parameter asks for it: most handlers never patch their object.
+#[derive(Debug, Default)]
 pub(crate) struct Scratch {
-    pub(crate) patch: Patch,
+    patch: OnceLock<Patch>,
+}
+
+impl Scratch {
+    /// The invocation's patch, made on first use.
+    pub(crate) fn patch(&self, invocation: &Invocation) -> Patch {
+        self.patch
+            .get_or_init(|| Patch::for_invocation(invocation))
+            .clone()
+    }
 }
 
 /// One invocation being prepared by generated code. Not for direct use.
@@ -22,7 +33,7 @@ pub(crate) struct Scratch {
 #[derive(Debug)]
 pub struct Scope {
     invocation: Invocation,
-    patch: Patch,
+    scratch: Arc<Scratch>,
     span: tracing::Span,
 }
 
@@ -32,14 +43,12 @@ impl Scope {
     #[must_use]
     pub fn new(mut invocation: Invocation) -> Self {
         let span = invocation.span.clone();
-        let patch = Patch::for_invocation(&invocation);
+        let scratch = Arc::new(Scratch::default());
         // Scoped: inserting into the shared map would copy it on every invocation.
-        invocation.services.insert_scoped(Scratch {
-            patch: patch.clone(),
-        });
+        invocation.services.insert_scoped_arc(Arc::clone(&scratch));
         Self {
             invocation,
-            patch,
+            scratch,
             span,
         }
     }
@@ -56,13 +65,13 @@ impl Scope {
         F: Future<Output = Result<Option<Value>, HandlerError>> + Send + 'static,
     {
         let Self {
-            patch,
+            scratch,
             span,
             invocation,
         } = self;
         drop(invocation);
         Call::Async(Box::pin(
-            async move { finish(&patch, future.await) }.instrument(span),
+            async move { finish(&scratch, future.await) }.instrument(span),
         ))
     }
 
@@ -72,21 +81,24 @@ impl Scope {
         F: FnOnce() -> Result<Option<Value>, HandlerError> + Send + 'static,
     {
         let Self {
-            patch,
+            scratch,
             span,
             invocation,
         } = self;
         drop(invocation);
-        Call::Blocking(Box::new(move || span.in_scope(|| finish(&patch, body()))))
+        Call::Blocking(Box::new(move || span.in_scope(|| finish(&scratch, body()))))
     }
 }
 
 fn finish(
-    patch: &Patch,
+    scratch: &Scratch,
     result: Result<Option<Value>, HandlerError>,
 ) -> Result<Output, HandlerError> {
     let result = result?;
-    let patch = patch.take().map_err(HandlerError::permanent)?;
+    let patch = match scratch.patch.get() {
+        Some(patch) => patch.take().map_err(HandlerError::permanent)?,
+        None => None,
+    };
     Ok(Output { result, patch })
 }
 

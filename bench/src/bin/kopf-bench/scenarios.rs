@@ -209,8 +209,8 @@ async fn steady(
     dir: &Path,
 ) -> anyhow::Result<TrialOutput> {
     let mut notes = Vec::new();
-    // The operators must also have put their finalizers on every object (kopf-rs does so at its
-    // default 50 requests/s), so the window measures the steady state, not the start-up.
+    // The operators must also have put their finalizers on every object, so the window
+    // measures the steady state, not the start-up.
     let operator = matches!(arm, Arm::KopfRs | Arm::KopfPy);
     let watch = operator.then(|| ctx.cluster.watch());
     if let Some(w) = &watch {
