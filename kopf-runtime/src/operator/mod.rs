@@ -10,6 +10,7 @@ mod events;
 mod finalizer;
 mod handlers;
 mod health;
+mod jobs;
 mod kind;
 mod limits;
 mod logging;

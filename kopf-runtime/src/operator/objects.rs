@@ -16,26 +16,13 @@ use tracing::{Instrument, debug, error, info, warn};
 use super::api::{Failure, Writer, classify, describe, pause};
 use super::events::{EventPoster, reference};
 use super::finalizer::{self, FinalizerView, finalizer_patch};
+use super::jobs::{self, Job};
 use super::patch::KubePatchSink;
 use super::records::Records;
 use crate::core::effects::Effect;
 use crate::core::object::{ObjectRef, ObjectState};
 use crate::core::resource::ResourceInfo;
 use crate::core::supervisor::Supervisor;
-
-/// One unit of work for an object. Outputs run in order; a finalizer sync runs before them.
-#[derive(Debug)]
-enum Job {
-    /// Make the finalizer match what the supervisor needs.
-    Sync,
-    /// Store a result under `status.<handler>` and apply a handler's patch.
-    Output {
-        object: ObjectRef,
-        handler: &'static str,
-        result: Option<Value>,
-        patch: Option<Value>,
-    },
-}
 
 /// Everything the operator keeps for one resource kind.
 pub(crate) struct KindState {
@@ -153,16 +140,22 @@ impl KindState {
                 result,
                 patch,
             } => {
+                let patch = match jobs::output_patch(handler, result, patch) {
+                    Ok(patch) if patch.is_empty() => return,
+                    Ok(patch) => patch,
+                    Err(other) => {
+                        error!(object = %object, handler, "ignoring a patch that is not a JSON object: {other}");
+                        return;
+                    }
+                };
                 let uid = object.uid.clone();
-                self.enqueue(
-                    uid,
-                    Job::Output {
-                        object,
-                        handler,
-                        result,
-                        patch,
-                    },
-                );
+                let job = Job::Output {
+                    object,
+                    handler,
+                    patch,
+                    outputs: 1,
+                };
+                self.enqueue(uid, job);
             }
             Effect::Failure {
                 object,
@@ -215,16 +208,8 @@ impl KindState {
     fn enqueue(self: &Arc<Self>, uid: Arc<str>, job: Job) {
         let mut queues = lock(&self.queues);
         match queues.entry(uid) {
-            Entry::Occupied(mut e) => {
-                let queue = e.get_mut();
-                match job {
-                    // The finalizer goes first (it reads the latest state when it runs, so one
-                    // pending sync is enough): a deletion need not wait for queued result writes.
-                    Job::Sync if matches!(queue.front(), Some(Job::Sync)) => {}
-                    Job::Sync => queue.push_front(job),
-                    Job::Output { .. } => queue.push_back(job),
-                }
-            }
+            // The finalizer goes first, and outputs merge into the one waiting (see `jobs`).
+            Entry::Occupied(mut e) => jobs::push(e.get_mut(), job),
             Entry::Vacant(e) => {
                 let uid = e.key().clone();
                 e.insert(VecDeque::from([job]));
@@ -262,9 +247,9 @@ impl KindState {
                     Job::Output {
                         object,
                         handler,
-                        result,
                         patch,
-                    } => self.output(&object, handler, result, patch).await,
+                        outputs,
+                    } => self.output(&object, handler, patch, outputs).await,
                 }
             };
             // Boxed: the task waiting for its slot stays small.
@@ -284,42 +269,22 @@ impl KindState {
         &self,
         object: &ObjectRef,
         handler: &'static str,
-        result: Option<Value>,
-        patch: Option<Value>,
+        patch: Map<String, Value>,
+        outputs: u32,
     ) {
         if self.records.get(&object.uid).is_none_or(|r| r.gone) {
             debug!(object = %object, handler, "the object is gone; output dropped");
             return;
         }
-        let mut merged = match patch {
-            Some(Value::Object(map)) => map,
-            Some(other) => {
-                error!(object = %object, handler, "ignoring a patch that is not a JSON object: {other}");
-                Map::new()
-            }
-            None => Map::new(),
-        };
-        if let Some(result) = result {
-            let status = merged
-                .entry("status")
-                .or_insert_with(|| Value::Object(Map::new()));
-            match status {
-                Value::Object(status) => {
-                    status.insert(handler.to_owned(), result);
-                }
-                _ => *status = serde_json::json!({ handler: result }),
-            }
-        }
-        if merged.is_empty() {
-            return;
-        }
-        match self.sink.apply_now(object, Value::Object(merged)).await {
-            Ok(()) => debug!(object = %object, handler, "stored the handler's output"),
+        match self.sink.apply_now(object, Value::Object(patch)).await {
+            Ok(()) => debug!(object = %object, handler, outputs, "stored the handlers' output"),
             Err(err) if err.gone => {
                 debug!(object = %object, handler, "the object is gone; output dropped")
             }
-            Err(err) => error!(object = %object, uid = %object.uid, handler, error = %err.message,
-                "cannot store the handler's output"),
+            Err(err) => {
+                error!(object = %object, uid = %object.uid, handler, outputs, error = %err.message,
+                "cannot store the handlers' output")
+            }
         }
     }
 
