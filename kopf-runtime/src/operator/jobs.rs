@@ -30,16 +30,17 @@ pub(crate) enum Job {
 }
 
 /// The merge patch of one output: the handler's patch with its result under
-/// `status.<handler>`. `Err` if the handler's patch is not a JSON object.
+/// `status.<handler>`, and the handler's patch if it had to be left out for not being a JSON
+/// object (the result is still stored).
 pub(crate) fn output_patch(
     handler: &'static str,
     result: Option<Value>,
     patch: Option<Value>,
-) -> Result<Map<String, Value>, Value> {
-    let mut merged = match patch {
-        Some(Value::Object(map)) => map,
-        Some(other) => return Err(other),
-        None => Map::new(),
+) -> (Map<String, Value>, Option<Value>) {
+    let (mut merged, rejected) = match patch {
+        Some(Value::Object(map)) => (map, None),
+        Some(other) => (Map::new(), Some(other)),
+        None => (Map::new(), None),
     };
     if let Some(result) = result {
         let status = merged
@@ -52,7 +53,7 @@ pub(crate) fn output_patch(
             _ => *status = serde_json::json!({ handler: result }),
         }
     }
-    Ok(merged)
+    (merged, rejected)
 }
 
 /// Adds `job` to an object's queue (see the module docs).
@@ -152,7 +153,7 @@ mod tests {
                 name: Arc::from("a"),
             },
             handler,
-            patch: output_patch(handler, Some(result), None).unwrap(),
+            patch: output_patch(handler, Some(result), None).0,
             outputs: 1,
         }
     }
@@ -231,11 +232,18 @@ mod tests {
     }
 
     #[test]
-    fn a_patch_that_is_not_an_object_is_refused() {
-        assert_eq!(output_patch("t", None, Some(json!([1]))), Err(json!([1])));
+    fn a_patch_that_is_not_an_object_is_refused_and_the_result_kept() {
+        assert_eq!(
+            output_patch("t", None, Some(json!([1]))),
+            (Map::new(), Some(json!([1])))
+        );
+        assert_eq!(
+            output_patch("t", Some(json!(2)), Some(json!("bad"))),
+            (map(json!({"status": {"t": 2}})), Some(json!("bad")))
+        );
         assert_eq!(
             output_patch("t", Some(json!(1)), Some(json!({"status": "x"}))),
-            Ok(map(json!({"status": {"t": 1}})))
+            (map(json!({"status": {"t": 1}})), None)
         );
     }
 }

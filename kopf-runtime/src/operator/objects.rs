@@ -140,14 +140,13 @@ impl KindState {
                 result,
                 patch,
             } => {
-                let patch = match jobs::output_patch(handler, result, patch) {
-                    Ok(patch) if patch.is_empty() => return,
-                    Ok(patch) => patch,
-                    Err(other) => {
-                        error!(object = %object, handler, "ignoring a patch that is not a JSON object: {other}");
-                        return;
-                    }
-                };
+                let (patch, rejected) = jobs::output_patch(handler, result, patch);
+                if let Some(other) = rejected {
+                    error!(object = %object, handler, "ignoring a patch that is not a JSON object: {other}");
+                }
+                if patch.is_empty() {
+                    return;
+                }
                 let uid = object.uid.clone();
                 let job = Job::Output {
                     object,
