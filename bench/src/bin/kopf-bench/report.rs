@@ -201,8 +201,11 @@ fn targets(r: &Results) -> Vec<Target> {
                     if s == "startup" { 3 } else { 4 }
                 ),
                 measured: format!(
-                    "{}× faster than kopf; {} of the raw loop's objects/s",
-                    speedup.map_or("–".into(), num),
+                    "{}; {} of the raw loop's objects/s",
+                    speedup.map_or("kopf not run".into(), |v| format!(
+                        "{}× faster than kopf",
+                        num(v)
+                    )),
                     of_raw.map_or("–".into(), |v| format!("{:.0} %", v * 100.0))
                 ),
                 met,
@@ -326,7 +329,9 @@ fn group_table(r: &Results, scenario: &str, n: usize, md: &mut String) {
         .filter(|t| t.scenario == scenario && t.n == n)
         .map(|t| t.pair)
         .max();
-    let _ = writeln!(md, "### N = {n} ({} pairs)\n", pairs.map_or(0, |p| p + 1));
+    let pairs = pairs.map_or(0, |p| p + 1);
+    let plural = if pairs == 1 { "" } else { "s" };
+    let _ = writeln!(md, "### N = {n} ({pairs} pair{plural})\n");
     let mut header = String::from("| metric |");
     let mut rule = String::from("|---|");
     for a in &arms {

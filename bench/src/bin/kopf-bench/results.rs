@@ -127,14 +127,27 @@ impl Results {
         Ok(serde_json::from_str(&std::fs::read_to_string(path)?)?)
     }
 
-    /// The (scenario, n) groups in run order.
+    /// The (scenario, n) groups, in scenario order (1-7), then by N; the trials are kept in
+    /// run order, which is whatever order the runs were made in.
     pub(crate) fn groups(&self) -> Vec<(String, usize)> {
+        const ORDER: [&str; 8] = [
+            "timers",
+            "daemons",
+            "startup",
+            "deletion",
+            "shutdown",
+            "timers-write",
+            "inproc-timers",
+            "inproc-daemons",
+        ];
         let mut out: Vec<(String, usize)> = Vec::new();
         for t in &self.trials {
             if !out.iter().any(|(s, n)| *s == t.scenario && *n == t.n) {
                 out.push((t.scenario.clone(), t.n));
             }
         }
+        let rank = |s: &str| ORDER.iter().position(|o| *o == s).unwrap_or(ORDER.len());
+        out.sort_by_key(|(s, n)| (rank(s), *n));
         out
     }
 
