@@ -6,6 +6,9 @@ use std::path::Path;
 use kopf_bench::stats::{Summary, summarize};
 use serde::{Deserialize, Serialize};
 
+use crate::inproc::Kind;
+use crate::scenarios::Scenario;
+
 /// The quantiles (in %) at which each trial's lateness distribution is kept for the plots.
 pub(crate) const LATENESS_GRID: [f64; 15] = [
     1.0, 5.0, 10.0, 25.0, 50.0, 75.0, 90.0, 95.0, 98.0, 99.0, 99.5, 99.8, 99.9, 99.95, 100.0,
@@ -130,23 +133,17 @@ impl Results {
     /// The (scenario, n) groups, in scenario order (1-7), then by N; the trials are kept in
     /// run order, which is whatever order the runs were made in.
     pub(crate) fn groups(&self) -> Vec<(String, usize)> {
-        const ORDER: [&str; 8] = [
-            "timers",
-            "daemons",
-            "startup",
-            "deletion",
-            "shutdown",
-            "timers-write",
-            "inproc-timers",
-            "inproc-daemons",
-        ];
         let mut out: Vec<(String, usize)> = Vec::new();
         for t in &self.trials {
             if !out.iter().any(|(s, n)| *s == t.scenario && *n == t.n) {
                 out.push((t.scenario.clone(), t.n));
             }
         }
-        let rank = |s: &str| ORDER.iter().position(|o| *o == s).unwrap_or(ORDER.len());
+        let rank = |s: &str| match (Scenario::parse(s), Kind::parse(s)) {
+            (Ok(scenario), _) => (scenario.number(), 0),
+            (_, Some(kind)) => (7, u8::from(kind == Kind::Daemons)),
+            _ => (u8::MAX, 0),
+        };
         out.sort_by_key(|(s, n)| (rank(s), *n));
         out
     }
