@@ -100,12 +100,13 @@ async fn gone_stops_everything_sends_nothing_more_and_forgets_the_object() {
         ok_result(json!("late"))
     });
     let h = Harness::new(vec![d]);
-    h.observe(&Obj::new("u1"));
+    h.observe(&Obj::new("u1").version(9));
     h.at(1000).await;
     h.gone("u1");
     assert!(h.sup.tracked_uids().is_empty());
     assert!(!h.sup.holds_finalizer("u1"));
-    h.observe(&Obj::new("u1").version(9)); // a stale event after gone
+    h.observe(&Obj::new("u1").version(9)); // stale events after gone
+    h.observe(&Obj::new("u1").version(5));
     h.at(2000).await;
     assert_eq!(
         h.log.events("d")[1],
@@ -121,6 +122,31 @@ async fn gone_stops_everything_sends_nothing_more_and_forgets_the_object() {
             ..Stats::default()
         }
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_object_gone_from_the_selector_is_served_again_at_a_later_version() {
+    let d = waiting("d");
+    let h = Harness::new(vec![d]);
+    h.observe(&Obj::new("u1").version(3));
+    h.at(1000).await;
+    // Its label left the watch's selector at version 4: a deletion event carrying version 4.
+    h.sup.gone_at("u1", "4");
+    h.observe(&Obj::new("u1").version(4)); // stale: ignored
+    h.observe(&Obj::new("u1").version(5).deleting()); // deleting: never brought back
+    h.at(2000).await;
+    assert!(h.sup.tracked_uids().is_empty());
+    h.observe(&Obj::new("u1").version(6)); // the label came back
+    h.at(3000).await;
+    assert_eq!(h.log.call_times("d"), vec![0, 2000]);
+    assert_eq!(h.finalizer("u1"), vec![(0, true), (2000, true)]);
+    // Gone again, then a version between the two deletions is stale too.
+    h.sup.gone_at("u1", "9");
+    h.observe(&Obj::new("u1").version(8));
+    h.at(4000).await;
+    assert!(h.sup.tracked_uids().is_empty());
+    assert_eq!(h.log.call_times("d"), vec![0, 2000]);
+    assert_eq!(h.log.max_in_flight(), 1);
 }
 
 #[tokio::test(start_paused = true)]

@@ -330,6 +330,28 @@ async fn an_object_leaving_the_label_selector_is_released() -> anyhow::Result<()
     wait_finalizer(&api, "selected", false).await; // released: it is no longer the operator's
     assert_eq!(op.stats().kinds[0].supervisor.objects, 0);
 
+    // Back in the selector: served again (a daemon and the finalizer), without a restart.
+    set_label(&api, "selected", "managed", Some("yes")).await?;
+    journal.wait_for("selected", "started", 2).await;
+    wait_finalizer(&api, "selected", true).await;
+    assert_eq!(op.stats().kinds[0].supervisor.objects, 1);
+    // And a real deletion still completes, and nothing starts for it again.
+    api.delete("selected", &DeleteParams::default()).await?;
+    wait_until("the object to be deleted", PROMPTLY, || async {
+        api.get_opt("selected").await.is_ok_and(|o| o.is_none())
+    })
+    .await;
+    create_with(&api, "control", &[], &[("managed", "yes")]).await?;
+    journal.wait_for("control", "started", 1).await;
+    assert_eq!(
+        journal
+            .of("selected")
+            .iter()
+            .filter(|e| *e == "started")
+            .count(),
+        2
+    );
+
     op.shutdown().await;
     ns.cleanup().await?;
     Ok(())

@@ -121,6 +121,26 @@ impl ObjectState {
         &self.body
     }
 
+    /// `metadata.resourceVersion`, if the body has one.
+    ///
+    /// ```
+    /// # use kopf_runtime::ObjectState;
+    /// let meta = serde_json::json!({"name": "a", "uid": "u", "resourceVersion": "42"});
+    /// let obj = ObjectState::from_json(serde_json::json!({"metadata": meta})).unwrap();
+    /// assert_eq!(obj.resource_version(), Some("42"));
+    /// ```
+    #[must_use]
+    pub fn resource_version(&self) -> Option<&str> {
+        meta_str(&self.body, "resourceVersion")
+    }
+
+    /// The resource version as a number, where it is one. Kubernetes calls resource versions
+    /// opaque, but every API server backed by etcd uses etcd's revision, which only grows; the
+    /// supervisor compares them only to tell a stale event about a gone object from a later one.
+    pub(crate) fn resource_version_number(&self) -> Option<u64> {
+        self.resource_version()?.parse().ok()
+    }
+
     /// A label's value.
     #[must_use]
     pub fn label(&self, key: &str) -> Option<&str> {

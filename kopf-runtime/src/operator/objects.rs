@@ -115,17 +115,17 @@ impl KindState {
         Some(uid)
     }
 
-    /// An object was deleted (with its last state) or vanished during a relist (without).
+    /// An object was deleted or left the label selector (with its last state), or vanished
+    /// during a relist (without). A later version of it (its label came back) is served again.
     pub(crate) fn forget(self: &Arc<Self>, uid: &Arc<str>, last: Option<&Value>) {
-        if !self
-            .records
-            .mark_gone(uid, last.map(FinalizerView::from_body))
-        {
-            self.supervisor.gone(uid);
-            return;
+        let view = last.map(FinalizerView::from_body);
+        match view.as_ref().and_then(|v| v.resource_version.as_deref()) {
+            Some(rv) => self.supervisor.gone_at(uid, rv),
+            None => self.supervisor.gone(uid),
         }
-        self.supervisor.gone(uid);
-        self.enqueue(uid.clone(), Job::Sync);
+        if self.records.mark_gone(uid, view) {
+            self.enqueue(uid.clone(), Job::Sync);
+        }
     }
 
     // ===== effects =====

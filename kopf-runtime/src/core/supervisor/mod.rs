@@ -194,22 +194,54 @@ impl Supervisor {
     }
 
     /// The object no longer exists (a deletion event, or it vanished in a relist). Its
-    /// instances are stopped with `RESOURCE_DELETED`, nothing starts for it again, no more
-    /// effects are sent about it, and its memory is dropped once its instances have exited.
+    /// instances are stopped with `RESOURCE_DELETED`, no more effects are sent about it, and its
+    /// memory is dropped once its instances have exited.
+    ///
+    /// Later events about the UID are ignored unless they carry a greater numeric
+    /// `resourceVersion` than the last version observed (and are not deleting): an object that
+    /// left a server-side label selector is reported gone but may come back, and is then
+    /// served again. Use [`Supervisor::gone_at`] when the version of the deletion is known.
     ///
     /// ```
     /// # use kopf_runtime::*;
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
     /// # let (supervisor, _) = Supervisor::new(Vec::new(), Services::default(), SupervisorConfig::default());
-    /// let obj = ObjectState::from_json(serde_json::json!({"metadata": {"name": "a", "uid": "u"}}));
-    /// supervisor.observe(obj.unwrap());
+    /// let meta = serde_json::json!({"name": "a", "uid": "u", "resourceVersion": "5"});
+    /// let obj = |meta| ObjectState::from_json(serde_json::json!({"metadata": meta})).unwrap();
+    /// supervisor.observe(obj(meta.clone()));
     /// supervisor.gone("u");
     /// assert!(supervisor.tracked_uids().is_empty());
     /// assert_eq!(supervisor.stats().objects, 0);
+    /// supervisor.observe(obj(meta)); // a stale event: ignored
+    /// assert!(supervisor.tracked_uids().is_empty());
     /// # }
     /// ```
     pub fn gone(&self, uid: &str) {
-        self.inner().gone(uid);
+        self.inner().gone(uid, None);
+    }
+
+    /// Like [`Supervisor::gone`], with the `resourceVersion` the object was gone at (a watch's
+    /// deletion event carries it): events up to that version are stale, later ones bring the
+    /// object back. A version that is not a number counts as unknown.
+    ///
+    /// ```
+    /// # use kopf_runtime::*;
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// # let (supervisor, _) = Supervisor::new(Vec::new(), Services::default(), SupervisorConfig::default());
+    /// let obj = |rv: &str| {
+    ///     let meta = serde_json::json!({"name": "a", "uid": "u", "resourceVersion": rv});
+    ///     ObjectState::from_json(serde_json::json!({"metadata": meta})).unwrap()
+    /// };
+    /// supervisor.observe(obj("5"));
+    /// supervisor.gone_at("u", "8"); // e.g. its label left the watch's selector at version 8
+    /// supervisor.observe(obj("7")); // stale
+    /// assert!(supervisor.tracked_uids().is_empty());
+    /// supervisor.observe(obj("9")); // the label came back: served again
+    /// assert_eq!(supervisor.tracked_uids(), vec![std::sync::Arc::<str>::from("u")]);
+    /// # }
+    /// ```
+    pub fn gone_at(&self, uid: &str, resource_version: &str) {
+        self.inner().gone(uid, resource_version.parse().ok());
     }
 
     /// Whether the framework's finalizer must be on the object now: a finalizer-holding

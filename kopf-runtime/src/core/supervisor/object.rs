@@ -40,7 +40,12 @@ impl Inner {
         });
         let uid = Arc::clone(&object.reference().uid);
         let mut state = self.lock();
-        if state.tombstones.contains(&uid) {
+        let rv = if object.is_deleting() {
+            None // a deleting version never brings a gone object back
+        } else {
+            object.resource_version_number()
+        };
+        if state.tombstones.buries(&uid, rv) {
             return; // a late event about an object already reported gone
         }
         let handlers = self.handlers.len();
@@ -82,10 +87,15 @@ impl Inner {
         self.reconcile(&mut state, &uid);
     }
 
-    /// The object no longer exists (see `Supervisor::gone`).
-    pub(crate) fn gone(self: &Arc<Self>, uid: &str) {
+    /// The object no longer exists, as of `version` if known, else of the last version seen
+    /// (see `Supervisor::gone` and `Supervisor::gone_at`).
+    pub(crate) fn gone(self: &Arc<Self>, uid: &str, version: Option<u64>) {
         let mut state = self.lock();
-        state.tombstones.insert(Arc::from(uid));
+        let seen = state
+            .objects
+            .get(uid)
+            .and_then(|e| e.live.borrow().resource_version_number());
+        state.tombstones.insert(Arc::from(uid), version.max(seen));
         let Some(key) = state.objects.get_key_value(uid).map(|(k, _)| Arc::clone(k)) else {
             return;
         };

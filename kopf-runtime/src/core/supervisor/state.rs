@@ -1,6 +1,6 @@
 //! The supervisor's shared state: objects, their handler slots, and instance bookkeeping.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -76,31 +76,57 @@ impl State {
     }
 }
 
-/// A bounded set of the most recently gone UIDs (oldest forgotten first).
+/// A bounded set of the most recently gone UIDs (oldest forgotten first), each with the
+/// resource version it was gone at, so that a stale event cannot bring an object back to life
+/// while a later version (an object that left a label selector and came back) can.
 #[derive(Default)]
 pub(crate) struct Tombstones {
     order: VecDeque<Arc<str>>,
-    set: HashSet<Arc<str>>,
+    /// The version each UID was gone at (`None`: unknown, the UID never comes back).
+    gone_at: HashMap<Arc<str>, Option<u64>>,
 }
 
 impl Tombstones {
     /// How many gone UIDs are remembered.
     pub(crate) const CAPACITY: usize = 4096;
 
-    pub(crate) fn insert(&mut self, uid: Arc<str>) {
-        if !self.set.insert(Arc::clone(&uid)) {
-            return;
+    /// Remembers `uid` as gone at `version` (a later call keeps the later version).
+    pub(crate) fn insert(&mut self, uid: Arc<str>, version: Option<u64>) {
+        match self.gone_at.entry(Arc::clone(&uid)) {
+            std::collections::hash_map::Entry::Occupied(mut e) => {
+                let at = e.get_mut();
+                *at = (*at).max(version);
+                return;
+            }
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(version);
+            }
         }
         self.order.push_back(uid);
         if self.order.len() > Self::CAPACITY
             && let Some(oldest) = self.order.pop_front()
         {
-            self.set.remove(&oldest);
+            self.gone_at.remove(&oldest);
         }
     }
 
+    /// Whether an event about `uid` at `version` is about a gone object: the UID is remembered
+    /// and the version is not a later one. A later version forgets the tombstone.
+    pub(crate) fn buries(&mut self, uid: &str, version: Option<u64>) -> bool {
+        let Some(&at) = self.gone_at.get(uid) else {
+            return false;
+        };
+        let later = matches!((at, version), (Some(at), Some(v)) if v > at);
+        if later {
+            self.gone_at.remove(uid);
+            self.order.retain(|u| &**u != uid);
+        }
+        !later
+    }
+
+    #[cfg(test)]
     pub(crate) fn contains(&self, uid: &str) -> bool {
-        self.set.contains(uid)
+        self.gone_at.contains_key(uid)
     }
 
     #[cfg(test)]
@@ -285,14 +311,35 @@ mod tests {
     #[test]
     fn tombstones_forget_the_oldest_beyond_their_capacity() {
         let mut t = Tombstones::default();
-        t.insert("a".into());
-        t.insert("a".into());
+        t.insert("a".into(), Some(1));
+        t.insert("a".into(), None);
         assert_eq!(t.len(), 1);
         for i in 0..Tombstones::CAPACITY {
-            t.insert(format!("u{i}").into());
+            t.insert(format!("u{i}").into(), None);
         }
         assert_eq!(t.len(), Tombstones::CAPACITY);
         assert!(!t.contains("a"));
         assert!(t.contains("u0") && t.contains(&format!("u{}", Tombstones::CAPACITY - 1)));
+    }
+
+    #[test]
+    fn only_a_later_version_digs_a_uid_up() {
+        let mut t = Tombstones::default();
+        t.insert("a".into(), Some(7));
+        t.insert("a".into(), Some(5)); // an earlier report never lowers the version
+        assert!(t.buries("a", Some(7)), "the same version is stale");
+        assert!(t.buries("a", Some(3)));
+        assert!(t.buries("a", None), "an unknown version is stale");
+        assert!(!t.buries("b", Some(1)), "never gone");
+        assert!(!t.buries("a", Some(8)), "a later version is alive");
+        assert!(
+            !t.contains("a") && t.len() == 0,
+            "and forgets the tombstone"
+        );
+        t.insert("n".into(), None);
+        assert!(
+            t.buries("n", Some(u64::MAX)),
+            "gone at an unknown version: for good"
+        );
     }
 }
