@@ -1,7 +1,8 @@
 //! Random event sequences (observe, spec changes, filter flips, deletion, gone, recreation
 //! under the same name, pause/resume, time advances) against a mix of daemons and timers,
 //! checking the invariants after every case:
-//! - never two invocations of one (object, handler) in flight at once;
+//! - never two invocations of one (object, handler) in flight at once, also when a blocking
+//!   one that ignores its stop flag was abandoned while its thread runs on;
 //! - nothing is invoked for an object after it was reported deleting or gone, nor while the
 //!   operator is paused;
 //! - every stop ends: once all objects are gone and the ladders have had their time, nothing
@@ -85,7 +86,25 @@ fn handlers() -> Vec<H> {
     let quick = timer("quick")
         .with(|s| (s.schedule.interval, s.schedule.sharp) = (Some(ms(500)), true))
         .run_quick(|_| ok());
-    vec![coop, stub, tick, idle, quick]
+    // Blocking and deaf to their flags for a few real milliseconds, while paused time races
+    // ahead: abandoned (by the ladder, or their timeout) while their threads run on. A respawn
+    // or retry must wait for the thread.
+    let deaf = daemon("deaf")
+        .when_run_label()
+        .with(|s| (s.cancellation_backoff, s.cancellation_timeout) = (Some(ms(50)), Some(ms(50))))
+        .with(|s| (s.timeout, s.backoff) = (Some(ms(300)), ms(100)))
+        .run_blocking(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(3));
+            Err(HandlerError::temporary("again", ms(100)))
+        });
+    let deaf_tick = timer("deaf-tick")
+        .with(|s| (s.schedule.interval, s.timeout) = (Some(ms(400)), Some(ms(100))))
+        .with(|s| s.cancellation_backoff = Some(ms(50)))
+        .run_blocking(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(3));
+            ok()
+        });
+    vec![coop, stub, tick, idle, quick, deaf, deaf_tick]
 }
 
 /// Runs one case; returns the log for the invariant checks.
@@ -139,11 +158,15 @@ async fn run_case(ops: Vec<Op>) -> Result<(), TestCaseError> {
         h.gone(&uid);
     }
     tokio::time::sleep(secs(5)).await;
-    h.settle(|h| h.stats().threads == 0).await;
+    h.settle(|h| h.stats().threads == 0 && h.stats().objects == 0)
+        .await;
     let stats = h.stats();
     let expected = Stats {
         fires: stats.fires,
         failures: stats.failures,
+        thread_waits: stats.thread_waits,
+        daemons_abandoned: stats.daemons_abandoned,
+        timers_abandoned: stats.timers_abandoned,
         ..Stats::default()
     };
     prop_assert_eq!(stats, expected);

@@ -1,7 +1,8 @@
 //! Handler faults against the real API server: daemons that panic, timers that fail on every
-//! call, an async daemon that ignores its stop signal, and a blocking daemon that never checks
-//! its flag. Each is contained: the operator and the other handlers keep running, deletion
-//! completes, and the four invariants of `faults_common` hold.
+//! call, an async daemon that ignores its stop signal, a blocking daemon that never checks its
+//! flag, and one whose label filter flaps while its abandoned thread still runs. Each is
+//! contained: the operator and the other handlers keep running, deletion completes, and the
+//! four invariants of `faults_common` hold.
 
 mod faults_common;
 
@@ -14,6 +15,7 @@ use kopf_examples::crd::KopfExample;
 use kopf_runtime::{Data, Stopper, daemon, timer};
 use kopf_tests::wait_until;
 use kube::ResourceExt as _;
+use kube::api::{Api, Patch, PatchParams, PostParams};
 
 const HEALTHY_DAEMON: &str = "fh-daemon";
 const HEALTHY_TIMER: &str = "fh-timer";
@@ -21,6 +23,7 @@ const PANICS: &str = "fh-panics";
 const ERRORS: &str = "fh-errors";
 const IGNORES_STOP: &str = "fh-ignores-stop";
 const BLOCKING: &str = "fh-blocking";
+const FLAPPING: &str = "fh-flapping";
 const INTERVAL: Duration = Duration::from_secs(1);
 
 #[daemon(id = "fh-daemon")]
@@ -71,6 +74,90 @@ fn fh_blocking(obj: Arc<KopfExample>, log: Data<InstanceLog>) {
     while !RELEASE_BLOCKING.load(Ordering::SeqCst) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// Lets the flapping daemon's first instance return.
+static RELEASE_FLAPPING: AtomicBool = AtomicBool::new(false);
+
+#[daemon(id = "fh-flapping", labels(run = "yes"), cancellation_timeout = "1s")]
+#[allow(clippy::needless_pass_by_value)] // handler parameters are injected by value
+fn fh_flapping(obj: Arc<KopfExample>, log: Data<InstanceLog>) {
+    let _instance = log.enter(&obj, FLAPPING);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !RELEASE_FLAPPING.load(Ordering::SeqCst) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+async fn set_run_label(api: &Api<KopfExample>, name: &str, run: &str) -> anyhow::Result<()> {
+    let patch = serde_json::json!({"metadata": {"labels": {"run": run}}});
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
+
+fn thread_waits(op: &kopf_runtime::Operator) -> u64 {
+    op.stats()
+        .kinds
+        .iter()
+        .map(|k| k.supervisor.thread_waits)
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocking_daemon_abandoned_by_a_flapping_filter_never_runs_twice() -> anyhow::Result<()> {
+    let (ns, api) = example_namespace().await?;
+    let proxy = start_proxy().await?;
+    let log = InstanceLog::default();
+    let op = operator_via(&proxy, &ns, &[FLAPPING, HEALTHY_DAEMON], &log)?
+        .start()
+        .await?;
+    let mut flap = example("flap");
+    flap.metadata.labels = Some([("run".to_owned(), "yes".to_owned())].into());
+    api.create(&PostParams::default(), &flap).await?;
+    log.wait_started("flap", FLAPPING, 1).await;
+
+    // Off: signalled, then abandoned after its cancellation_timeout while its thread runs on.
+    set_run_label(&api, "flap", "no").await?;
+    wait_until("the daemon to be abandoned", PROMPTLY, || async {
+        op.stats()
+            .kinds
+            .iter()
+            .map(|k| k.supervisor.daemons_abandoned)
+            .sum::<u64>()
+            == 1
+    })
+    .await;
+    assert_eq!(thread_waits(&op), 0, "positive control: nothing waits yet");
+    // On again, and flapping: a respawn is wanted, and waits for the abandoned thread.
+    for run in ["yes", "no", "yes", "no", "yes"] {
+        set_run_label(&api, "flap", run).await?;
+    }
+    wait_until("the respawn to wait for the thread", PROMPTLY, || async {
+        thread_waits(&op) >= 1
+    })
+    .await;
+    // The supervisor has seen the re-match and still runs nothing beside the thread.
+    api.create(&PostParams::default(), &example("control"))
+        .await?;
+    log.wait_started("control", HEALTHY_DAEMON, 1).await;
+    assert_eq!(
+        log.starts("flap", FLAPPING),
+        1,
+        "a second thread beside the abandoned one"
+    );
+    assert_eq!(
+        log.running(),
+        3,
+        "the abandoned thread and the healthy daemons of both objects"
+    );
+
+    RELEASE_FLAPPING.store(true, Ordering::SeqCst);
+    log.wait_started("flap", FLAPPING, 2).await; // the respawn, once the thread returned
+    assert_no_overlap(&log);
+    finish(&op, &api, &log, &["flap".to_owned(), "control".to_owned()]).await?;
+    op.shutdown().await;
+    ns.cleanup().await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

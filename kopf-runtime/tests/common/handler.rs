@@ -79,7 +79,11 @@ type DelayFn = Arc<dyn Fn(&ObjectState) -> Option<Duration> + Send + Sync>;
 #[derive(Clone)]
 enum Body {
     Async(AsyncBody),
-    Blocking { body: SyncBody, hold_time: bool },
+    /// `hold_from`: from which call on paused time is held while the body runs.
+    Blocking {
+        body: SyncBody,
+        hold_from: Option<u32>,
+    },
 }
 
 /// A test handler under construction.
@@ -182,7 +186,7 @@ impl H {
         self.spec.blocking = true;
         self.body = Body::Blocking {
             body: Arc::new(f),
-            hold_time: false,
+            hold_from: None,
         };
         self
     }
@@ -195,7 +199,21 @@ impl H {
         self.spec.blocking = true;
         self.body = Body::Blocking {
             body: Arc::new(f),
-            hold_time: true,
+            hold_from: Some(0),
+        };
+        self
+    }
+
+    /// A blocking body whose first call may wait in real time (for a gate, ignoring its flag)
+    /// and whose later calls are quick (no paused time passes while they run).
+    pub fn run_stuck_then_quick(
+        mut self,
+        f: impl Fn(Ctx) -> Result<Output, HandlerError> + Send + Sync + 'static,
+    ) -> Self {
+        self.spec.blocking = true;
+        self.body = Body::Blocking {
+            body: Arc::new(f),
+            hold_from: Some(1),
         };
         self
     }
@@ -268,10 +286,10 @@ impl ErasedHandler for TestHandler {
                     fut.await
                 }))
             }
-            Body::Blocking { body, hold_time } => {
+            Body::Blocking { body, hold_from } => {
                 let body = Arc::clone(body);
                 let rt = tokio::runtime::Handle::current();
-                let hold = hold_time.then(|| {
+                let hold = hold_from.is_some_and(|n| call >= n).then(|| {
                     let (tx, rx) = std::sync::mpsc::channel::<()>();
                     drop(tokio::task::spawn_blocking(move || rx.recv()));
                     tx

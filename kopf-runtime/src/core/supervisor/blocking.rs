@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
+use tokio_util::sync::CancellationToken;
 
 /// A cap on the dedicated threads that blocking (`fn`) handlers run on.
 ///
@@ -100,19 +101,30 @@ impl BlockingPool {
 /// What a thread sends back: the job's value, or the panic payload.
 pub(crate) type ThreadResult<R> = thread::Result<R>;
 
-/// Holds a pool slot and a thread count for as long as the thread lives.
+/// A thread started by [`spawn_thread`].
+pub(crate) struct Thread<R> {
+    /// The job's value, or its panic.
+    pub(crate) result: oneshot::Receiver<ThreadResult<R>>,
+    /// Cancelled once the job has returned (or panicked), before its result is sent: an
+    /// abandoned thread's slot waits on it so that no second invocation overlaps it.
+    pub(crate) ended: CancellationToken,
+}
+
+/// Holds a pool slot and a thread count for as long as the job runs; says when it ended.
 struct ThreadGuard {
     threads: Arc<AtomicUsize>,
+    ended: CancellationToken,
     _permit: OwnedSemaphorePermit,
 }
 
 impl Drop for ThreadGuard {
     fn drop(&mut self) {
         self.threads.fetch_sub(1, Ordering::SeqCst);
+        self.ended.cancel();
     }
 }
 
-/// Runs `job` on a new thread named `name`, holding `permit` until the thread ends; the result
+/// Runs `job` on a new thread named `name`, holding `permit` until the job returns; the result
 /// (or the caught panic) arrives on the returned channel.
 ///
 /// # Errors
@@ -122,25 +134,28 @@ pub(crate) fn spawn_thread<R, F>(
     permit: OwnedSemaphorePermit,
     threads: &Arc<AtomicUsize>,
     job: F,
-) -> std::io::Result<oneshot::Receiver<ThreadResult<R>>>
+) -> std::io::Result<Thread<R>>
 where
     R: Send + 'static,
     F: FnOnce() -> R + Send + 'static,
 {
-    let (tx, rx) = oneshot::channel();
+    let (tx, result) = oneshot::channel();
+    let ended = CancellationToken::new();
     threads.fetch_add(1, Ordering::SeqCst);
     let guard = ThreadGuard {
         threads: Arc::clone(threads),
+        ended: ended.clone(),
         _permit: permit,
     };
     thread::Builder::new().name(name).spawn(move || {
         let guard = guard;
         let result = catch_unwind(AssertUnwindSafe(job));
+        // Ended before the result is seen: whoever sees the result finds the thread done.
+        drop(guard);
         // The receiver is gone when the invocation was abandoned: the value is dropped.
         let _ = tx.send(result);
-        drop(guard);
     })?;
-    Ok(rx)
+    Ok(Thread { result, ended })
 }
 
 #[cfg(test)]
@@ -154,14 +169,19 @@ mod tests {
         let permit = pool.try_acquire().unwrap();
         assert!(pool.try_acquire().is_none());
         let (go, wait) = std::sync::mpsc::channel::<()>();
-        let rx = spawn_thread("t".into(), permit, &threads, move || {
+        let thread = spawn_thread("t".into(), permit, &threads, move || {
             wait.recv().unwrap();
             7
         })
         .unwrap();
         assert_eq!((pool.in_use(), threads.load(Ordering::SeqCst)), (1, 1));
+        assert!(!thread.ended.is_cancelled());
         go.send(()).unwrap();
-        assert_eq!(rx.await.unwrap().unwrap(), 7);
+        assert_eq!(thread.result.await.unwrap().unwrap(), 7);
+        assert!(
+            thread.ended.is_cancelled(),
+            "ended before the result arrives"
+        );
         let permit = pool.acquire().await.unwrap();
         assert_eq!(threads.load(Ordering::SeqCst), 0);
         drop(permit);
@@ -187,7 +207,7 @@ mod tests {
         let rx = spawn_thread("p".into(), pool.try_acquire().unwrap(), &threads, || {
             panic!("boom");
         });
-        let payload = rx.unwrap().await.unwrap().unwrap_err();
+        let payload = rx.unwrap().result.await.unwrap().unwrap_err();
         assert_eq!(payload.downcast_ref::<&str>(), Some(&"boom"));
         assert!(pool.acquire().await.is_some());
     }

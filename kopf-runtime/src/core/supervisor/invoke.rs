@@ -8,10 +8,10 @@ use std::sync::atomic::Ordering;
 
 use futures::FutureExt;
 use futures::future::{BoxFuture, CatchUnwind};
-use tokio::sync::{OwnedSemaphorePermit, oneshot};
+use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, Sleep};
 
-use super::blocking::{ThreadResult, spawn_thread};
+use super::blocking::{Thread, spawn_thread};
 use super::ladder::{Action, Input, Ladder, LadderConfig};
 use super::runner::{Runner, panic_message};
 use super::state::Exit;
@@ -42,7 +42,7 @@ pub(crate) enum AttemptEnd {
 /// An invocation in flight.
 enum Work {
     Async(CatchUnwind<AssertUnwindSafe<BoxFuture<'static, Outcome>>>),
-    Thread(oneshot::Receiver<ThreadResult<Outcome>>),
+    Thread(Thread<Outcome>),
 }
 
 impl Work {
@@ -50,7 +50,7 @@ impl Work {
     async fn wait(&mut self) -> Result<Outcome, String> {
         match self {
             Self::Async(fut) => fut.await.map_err(|p| panic_message(&p)),
-            Self::Thread(rx) => match rx.await {
+            Self::Thread(thread) => match (&mut thread.result).await {
                 Ok(result) => result.map_err(|p| panic_message(&p)),
                 Err(_) => Err("the handler's thread ended without a result".to_owned()),
             },
@@ -68,6 +68,9 @@ enum Ended {
 impl Runner {
     /// Runs one attempt to its end.
     pub(crate) async fn attempt(&self, attempt: Attempt) -> AttemptEnd {
+        if !self.previous_thread_returned().await {
+            return AttemptEnd::Stopped(Exit::Exited);
+        }
         let permit = if self.spec.blocking {
             match self.acquire_thread().await {
                 Some(permit) => Some(permit),
@@ -100,7 +103,15 @@ impl Runner {
             Ok(work) => work,
             Err(err) => return AttemptEnd::Finished(Err(err)),
         };
+        let thread_ended = match &work {
+            Work::Thread(thread) => Some(thread.ended.clone()),
+            Work::Async(_) => None,
+        };
         let (ended, timed_out) = self.drive(work, &stopper).await;
+        if let (Ended::Abandoned, Some(thread_ended)) = (&ended, thread_ended) {
+            // Its thread may run on: the slot is held until it returns.
+            self.shared.leave_thread(thread_ended);
+        }
         let timeout = || HandlerError::timeout(self.spec.timeout.unwrap_or_default());
         match ended {
             Ended::Returned(_) | Ended::Cancelled | Ended::Abandoned if timed_out => {
@@ -109,6 +120,26 @@ impl Runner {
             Ended::Returned(outcome) => AttemptEnd::Finished(outcome),
             Ended::Cancelled => AttemptEnd::Stopped(Exit::Cancelled),
             Ended::Abandoned => AttemptEnd::Stopped(Exit::Abandoned),
+        }
+    }
+
+    /// Waits until the thread of an abandoned invocation of this instance (one that ran past
+    /// its `timeout`) has returned, so that two invocations never overlap. `false` if the
+    /// instance was asked to stop meanwhile (the slot then stays held until the thread returns).
+    async fn previous_thread_returned(&self) -> bool {
+        let Some(ended) = self.shared.lingering_thread() else {
+            return true;
+        };
+        self.inner.thread_waits.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(
+            object = %self.reference, uid = %self.uid, handler = self.spec.id,
+            "the {}'s abandoned invocation is still running on its thread: the next one waits for it",
+            self.kind()
+        );
+        tokio::select! {
+            biased;
+            () = ended.cancelled() => true,
+            () = self.shared.stopper.stopped() => false,
         }
     }
 
@@ -249,7 +280,7 @@ impl Runner {
             }
             Action::Abandon => {
                 stopper.stop(StopReason::ABANDONED);
-                tracing::warn!(%object, handler, "{} did not exit in time; abandoning it", self.kind());
+                tracing::warn!(%object, uid = %object.uid, handler, "{} did not exit in time; abandoning it", self.kind());
                 Some(Ended::Abandoned)
             }
         }

@@ -152,6 +152,7 @@ impl Supervisor {
             fires: AtomicU64::new(0),
             failures: AtomicU64::new(0),
             threads: Arc::new(AtomicUsize::new(0)),
+            thread_waits: AtomicU64::new(0),
             active: watch::Sender::new(0),
             force: CancellationToken::new(),
             needs_essence,

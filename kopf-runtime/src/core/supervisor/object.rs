@@ -2,12 +2,14 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use super::essence;
 use super::runner::Runner;
-use super::state::{Active, Exit, Inner, InstanceShared, ObjectEntry, Run, State};
+use super::state::{Active, Exit, Inner, InstanceShared, Lingering, ObjectEntry, Run, Seen, State};
 use crate::core::effects::Effect;
 use crate::core::handler::MatchError;
 use crate::core::object::ObjectState;
@@ -45,7 +47,8 @@ impl Inner {
         } else {
             object.resource_version_number()
         };
-        if state.tombstones.buries(&uid, rv) {
+        let seen = state.tombstones.check(&uid, rv);
+        if seen == Seen::Stale {
             return; // a late event about an object already reported gone
         }
         let handlers = self.handlers.len();
@@ -53,6 +56,10 @@ impl Inner {
             .objects
             .entry(Arc::clone(&uid))
             .or_insert_with(|| ObjectEntry::new(Arc::clone(&object), handlers));
+        if seen == Seen::Back {
+            // Kept while its instances exit or its abandoned threads return: alive again.
+            (entry.gone, entry.deleting, entry.finalizer_sent) = (false, false, None);
+        }
         if entry.essence.is_some() && entry.essence != essence {
             entry.idle.reset(Instant::now());
         }
@@ -122,8 +129,9 @@ impl Inner {
         };
         let ending = entry.gone || entry.deleting;
         for index in 0..entry.slots.len() {
-            let slot = &entry.slots[index];
-            let spawn = match &slot.run {
+            let slot = &mut entry.slots[index];
+            let wanted = slot.matched && may_spawn && !ending;
+            let spawn = match &mut slot.run {
                 Run::Active(active) => {
                     let reason = stop_reason(ending, paused, slot.matched);
                     if !reason.is_empty() {
@@ -131,7 +139,18 @@ impl Inner {
                     }
                     false
                 }
-                Run::Idle => slot.matched && may_spawn && !ending,
+                Run::Idle => wanted,
+                Run::Lingering(lingering) => {
+                    if wanted && !lingering.warned {
+                        lingering.warned = true;
+                        self.thread_waits.fetch_add(1, Ordering::Relaxed);
+                        let (object, handler) = (&entry.reference, self.handlers[index].spec().id);
+                        tracing::warn!(%object, uid = %object.uid, handler,
+                            "an abandoned invocation is still running on its thread: \
+                             the handler starts again once it returns");
+                    }
+                    false
+                }
                 Run::Done => false,
             };
             if spawn {
@@ -148,7 +167,7 @@ impl Inner {
             let object = entry.reference.clone();
             let _ = self.effects.send(Effect::Finalizer { object, hold });
         }
-        if entry.gone && !entry.has_active() {
+        if entry.gone && !entry.is_busy() {
             state.objects.remove(uid);
         }
     }
@@ -164,7 +183,10 @@ impl Inner {
                 handler.spec().finalizer
                     && match slot.run {
                         Run::Active(_) => true,
-                        Run::Idle => slot.matched && !entry.deleting && !entry.gone,
+                        // Abandoned work does not hold the object; a respawn would.
+                        Run::Idle | Run::Lingering(_) => {
+                            slot.matched && !entry.deleting && !entry.gone
+                        }
                         Run::Done => false,
                     }
             })
@@ -193,16 +215,50 @@ impl Inner {
         if !matches!(&slot.run, Run::Active(a) if Arc::ptr_eq(&a.shared, instance)) {
             return; // already abandoned by the shutdown deadline
         }
-        slot.run = if exit == Exit::Done {
-            Run::Done
-        } else {
-            Run::Idle
+        slot.run = match instance.lingering_thread() {
+            _ if exit == Exit::Done => Run::Done,
+            None => Run::Idle,
+            Some(ended) => {
+                self.await_thread(uid, index, instance, ended);
+                Run::Lingering(Lingering {
+                    shared: Arc::clone(instance),
+                    warned: false,
+                })
+            }
         };
         let reference = entry.reference.clone();
         let kind = self.handlers[index].spec().kind;
         state.record_exit(reference, self.handlers[index].spec().id, kind, exit);
         self.active.send_modify(|n| *n = n.saturating_sub(1));
         self.reconcile_with(&mut state, uid, exit != Exit::Dropped);
+    }
+
+    /// Makes the slot idle again (and respawns it if it matches) when the abandoned thread of
+    /// `instance` returns.
+    fn await_thread(
+        self: &Arc<Self>,
+        uid: &Arc<str>,
+        index: usize,
+        instance: &Arc<InstanceShared>,
+        ended: CancellationToken,
+    ) {
+        // No runtime (its task was dropped with the runtime): nothing respawns anyway.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (inner, uid, instance) = (Arc::clone(self), Arc::clone(uid), Arc::clone(instance));
+        runtime.spawn(async move {
+            ended.cancelled().await;
+            let mut state = inner.lock();
+            let Some(entry) = state.objects.get_mut(&uid) else {
+                return;
+            };
+            let slot = &mut entry.slots[index];
+            if matches!(&slot.run, Run::Lingering(l) if Arc::ptr_eq(&l.shared, &instance)) {
+                slot.run = Run::Idle;
+                inner.reconcile(&mut state, &uid);
+            }
+        });
     }
 
     /// Pauses or resumes spawning; pausing stops every instance with `OPERATOR_PAUSING`.

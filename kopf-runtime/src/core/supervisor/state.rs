@@ -29,6 +29,8 @@ pub(crate) struct Inner {
     pub(crate) failures: AtomicU64,
     /// Dedicated threads alive (also abandoned ones).
     pub(crate) threads: Arc<AtomicUsize>,
+    /// Respawns and retries that waited for an abandoned thread of their slot to return.
+    pub(crate) thread_waits: AtomicU64,
     /// The number of instances not yet exited or abandoned.
     pub(crate) active: watch::Sender<usize>,
     /// Cancelled by a second shutdown request: skip the grace period.
@@ -110,18 +112,18 @@ impl Tombstones {
         }
     }
 
-    /// Whether an event about `uid` at `version` is about a gone object: the UID is remembered
-    /// and the version is not a later one. A later version forgets the tombstone.
-    pub(crate) fn buries(&mut self, uid: &str, version: Option<u64>) -> bool {
+    /// What an event about `uid` at `version` is: about a live object, a stale one about a
+    /// gone object, or a later version of a gone one (which forgets the tombstone).
+    pub(crate) fn check(&mut self, uid: &str, version: Option<u64>) -> Seen {
         let Some(&at) = self.gone_at.get(uid) else {
-            return false;
+            return Seen::Live;
         };
-        let later = matches!((at, version), (Some(at), Some(v)) if v > at);
-        if later {
-            self.gone_at.remove(uid);
-            self.order.retain(|u| &**u != uid);
+        if !matches!((at, version), (Some(at), Some(v)) if v > at) {
+            return Seen::Stale;
         }
-        !later
+        self.gone_at.remove(uid);
+        self.order.retain(|u| &**u != uid);
+        Seen::Back
     }
 
     #[cfg(test)]
@@ -133,6 +135,17 @@ impl Tombstones {
     pub(crate) fn len(&self) -> usize {
         self.order.len()
     }
+}
+
+/// What [`Tombstones::check`] says of an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Seen {
+    /// Not reported gone (recently).
+    Live,
+    /// About a gone object, at or before the version it was gone at.
+    Stale,
+    /// A later version of an object reported gone: it is back.
+    Back,
 }
 
 /// What the supervisor remembers about one object (by UID).
@@ -165,9 +178,12 @@ impl ObjectEntry {
         }
     }
 
-    /// Whether any instance still runs (abandoned ones do not count).
-    pub(crate) fn has_active(&self) -> bool {
-        self.slots.iter().any(|s| matches!(s.run, Run::Active(_)))
+    /// Whether the entry must be kept: an instance still runs, or an abandoned thread has not
+    /// returned (a later version of the object must not start a second instance beside it).
+    pub(crate) fn is_busy(&self) -> bool {
+        self.slots
+            .iter()
+            .any(|s| matches!(s.run, Run::Active(_) | Run::Lingering(_)))
     }
 }
 
@@ -185,9 +201,13 @@ pub(crate) struct Slot {
 ///
 /// ```text
 /// Idle --match--> Active --ended on its own--> Done (never again in this process)
-///   ^                |
-///   +----stopped-----+   (respawned at once if the latest version still matches)
+///   ^               |  |
+///   +---stopped-----+  +--stopped, its thread abandoned--> Lingering
+///   ^                                                          |
+///   +--------------------the abandoned thread returned---------+
 /// ```
+///
+/// A slot is respawned at once (if the latest version still matches) when it becomes idle.
 #[derive(Default)]
 pub(crate) enum Run {
     /// No instance; one is spawned when the handler matches.
@@ -195,8 +215,19 @@ pub(crate) enum Run {
     Idle,
     /// One instance, running or stopping.
     Active(Active),
+    /// The instance ended, but the thread of its abandoned blocking invocation still runs:
+    /// nothing is spawned until it returns. It holds no finalizer.
+    Lingering(Lingering),
     /// The handler ended on its own for this object.
     Done,
+}
+
+/// A slot whose abandoned thread has not returned yet.
+pub(crate) struct Lingering {
+    /// The ended instance (to recognise its thread's return).
+    pub(crate) shared: Arc<InstanceShared>,
+    /// Whether a respawn was wanted, and so warned about, while waiting.
+    pub(crate) warned: bool,
 }
 
 /// The bookkeeping of a live instance.
@@ -214,6 +245,8 @@ pub(crate) struct InstanceShared {
     current: Mutex<Option<Stopper>>,
     /// Waiting for a dedicated thread.
     pub(crate) queued: AtomicBool,
+    /// Cancelled when the thread of this instance's last abandoned invocation returns.
+    lingering: Mutex<Option<CancellationToken>>,
 }
 
 impl InstanceShared {
@@ -250,6 +283,29 @@ impl InstanceShared {
     /// Whether the instance was asked to stop.
     pub(crate) fn is_stopping(&self) -> bool {
         self.stopper.is_stopped()
+    }
+
+    /// An invocation was abandoned while its thread runs on; `ended` is cancelled when it returns.
+    pub(crate) fn leave_thread(&self, ended: CancellationToken) {
+        *self
+            .lingering
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(ended);
+    }
+
+    /// The end of an abandoned thread that has not returned yet, if any.
+    pub(crate) fn lingering_thread(&self) -> Option<CancellationToken> {
+        let mut lingering = self
+            .lingering
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if lingering
+            .as_ref()
+            .is_some_and(CancellationToken::is_cancelled)
+        {
+            *lingering = None;
+        }
+        lingering.clone()
     }
 }
 
@@ -323,22 +379,36 @@ mod tests {
     }
 
     #[test]
-    fn only_a_later_version_digs_a_uid_up() {
+    fn only_a_later_version_brings_a_uid_back() {
         let mut t = Tombstones::default();
         t.insert("a".into(), Some(7));
         t.insert("a".into(), Some(5)); // an earlier report never lowers the version
-        assert!(t.buries("a", Some(7)), "the same version is stale");
-        assert!(t.buries("a", Some(3)));
-        assert!(t.buries("a", None), "an unknown version is stale");
-        assert!(!t.buries("b", Some(1)), "never gone");
-        assert!(!t.buries("a", Some(8)), "a later version is alive");
+        assert_eq!(
+            t.check("a", Some(7)),
+            Seen::Stale,
+            "the same version is stale"
+        );
+        assert_eq!(t.check("a", Some(3)), Seen::Stale);
+        assert_eq!(
+            t.check("a", None),
+            Seen::Stale,
+            "an unknown version is stale"
+        );
+        assert_eq!(t.check("b", Some(1)), Seen::Live, "never gone");
+        assert_eq!(
+            t.check("a", Some(8)),
+            Seen::Back,
+            "a later version is alive"
+        );
         assert!(
             !t.contains("a") && t.len() == 0,
             "and forgets the tombstone"
         );
+        assert_eq!(t.check("a", Some(8)), Seen::Live);
         t.insert("n".into(), None);
-        assert!(
-            t.buries("n", Some(u64::MAX)),
+        assert_eq!(
+            t.check("n", Some(u64::MAX)),
+            Seen::Stale,
             "gone at an unknown version: for good"
         );
     }

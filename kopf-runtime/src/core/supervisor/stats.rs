@@ -8,7 +8,7 @@ use crate::core::spec::HandlerKind;
 /// A snapshot of the supervisor's work, from [`crate::Supervisor::stats`].
 ///
 /// Gauges (`objects`, `*_running`, `*_stopping`, `*_queued`, `threads`) describe this moment;
-/// counters (`*_abandoned`, `fires`, `failures`) count since the supervisor was created.
+/// counters (`*_abandoned`, `thread_waits`, `fires`, `failures`) count since the supervisor was created.
 ///
 /// ```
 /// use kopf_runtime::Stats;
@@ -38,6 +38,9 @@ pub struct Stats {
     pub timers_abandoned: u64,
     /// Dedicated threads alive now (abandoned ones included, until they return).
     pub threads: usize,
+    /// Respawns and retries that had to wait for an abandoned thread of the same object and
+    /// handler to return first (so far): two invocations of one handler never overlap.
+    pub thread_waits: u64,
     /// Invocations started so far.
     pub fires: u64,
     /// Invocations that failed so far (errors, panics, timeouts; ignored errors included).
@@ -53,6 +56,7 @@ impl Inner {
             daemons_abandoned: state.daemons_abandoned,
             timers_abandoned: state.timers_abandoned,
             threads: self.threads.load(Ordering::SeqCst),
+            thread_waits: self.thread_waits.load(Ordering::Relaxed),
             fires: self.fires.load(Ordering::Relaxed),
             failures: self.failures.load(Ordering::Relaxed),
             ..Stats::default()
