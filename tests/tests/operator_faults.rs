@@ -11,7 +11,7 @@ use http::Method;
 use kopf_examples::crd::KopfExample;
 use kopf_runtime::{Data, Patch, Stopper, daemon};
 use kopf_tests::proxy::{Fault, FaultProxy, Match, Rule};
-use kopf_tests::{TestNamespace, test_config};
+use kopf_tests::{TestNamespace, test_config, wait_until};
 use kube::api::PatchParams;
 use operator_common::*;
 use serde_json::json;
@@ -244,6 +244,148 @@ async fn objects_deleted_and_created_while_the_watch_was_down_are_noticed_on_rel
         "the relist path was taken"
     );
 
+    op.shutdown().await;
+    ns.cleanup().await?;
+    Ok(())
+}
+
+/// A ValidatingAdmissionPolicy (and its binding) that rejects, with 422, every update of the
+/// object `name` in `ns` that changes its finalizers: a persistent rejection of the operator's
+/// finalizer writes, as a CEL rule of a real cluster would make.
+struct FinalizerPolicy {
+    name: String,
+    client: kube::Client,
+}
+
+impl FinalizerPolicy {
+    async fn install(ns: &TestNamespace, name: &str) -> anyhow::Result<Self> {
+        use kube::api::{Api, DynamicObject, PostParams};
+        let client = client().await;
+        let policy_name = format!("kopf-test-{}-{name}", ns.name());
+        let expression = format!(
+            "object.metadata.namespace != '{}' || object.metadata.name != '{name}' || \
+             object.metadata.?finalizers.orValue([]) == oldObject.metadata.?finalizers.orValue([])",
+            ns.name()
+        );
+        let policy: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": policy_name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": [{
+                    "apiGroups": ["kopf.dev"], "apiVersions": ["*"],
+                    "operations": ["UPDATE"], "resources": ["kopfexamples"],
+                }]},
+                "validations": [{"expression": expression, "message": "finalizers are frozen"}],
+            },
+        }))?;
+        let binding: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": policy_name},
+            "spec": {"policyName": policy_name, "validationActions": ["Deny"]},
+        }))?;
+        for (obj, plural, kind) in [
+            (
+                policy,
+                "validatingadmissionpolicies",
+                "ValidatingAdmissionPolicy",
+            ),
+            (
+                binding,
+                "validatingadmissionpolicybindings",
+                "ValidatingAdmissionPolicyBinding",
+            ),
+        ] {
+            let api: Api<DynamicObject> =
+                Api::all_with(client.clone(), &Self::resource(plural, kind));
+            api.create(&PostParams::default(), &obj).await?;
+        }
+        Ok(Self {
+            name: policy_name,
+            client,
+        })
+    }
+
+    fn resource(plural: &str, kind: &str) -> kube::api::ApiResource {
+        let gvk = kube::core::GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", kind);
+        kube::api::ApiResource::from_gvk_with_plural(&gvk, plural)
+    }
+
+    async fn remove(self) -> anyhow::Result<()> {
+        use kube::api::{Api, DeleteParams, DynamicObject};
+        for (plural, kind) in [
+            (
+                "validatingadmissionpolicybindings",
+                "ValidatingAdmissionPolicyBinding",
+            ),
+            ("validatingadmissionpolicies", "ValidatingAdmissionPolicy"),
+        ] {
+            let api: Api<DynamicObject> =
+                Api::all_with(self.client.clone(), &Self::resource(plural, kind));
+            api.delete(&self.name, &DeleteParams::default()).await?;
+        }
+        Ok(())
+    }
+}
+
+/// Whether the API server rejects a (dry-run) removal of the object's finalizers now.
+async fn finalizer_changes_rejected(api: &kube::Api<KopfExample>, name: &str) -> bool {
+    let patch = json!({"metadata": {"finalizers": null}});
+    let params = PatchParams {
+        dry_run: true,
+        ..PatchParams::default()
+    };
+    matches!(
+        api.patch(name, &params, &kube::api::Patch::Merge(&patch)).await,
+        Err(kube::Error::Api(ref s)) if s.code == 422
+    )
+}
+
+#[tokio::test]
+async fn a_persistent_rejection_of_the_finalizer_removal_backs_off_and_is_resynced()
+-> anyhow::Result<()> {
+    let (ns, api) = example_namespace().await?;
+    let journal = Journal::default();
+    let (proxy, op) = proxied(&ns, &["faults-daemon"], &journal).await?;
+    for name in ["stuck", "control"] {
+        create(&api, name, "a").await?;
+        wait_finalizer(&api, name, true).await;
+    }
+    let policy = FinalizerPolicy::install(&ns, "stuck").await?;
+    wait_until("the admission policy to take effect", PROMPTLY, || {
+        finalizer_changes_rejected(&api, "stuck")
+    })
+    .await;
+
+    let removals = || requests(&proxy, &Method::PATCH, "/kopfexamples/stuck?").len() - 1;
+    delete(&api, "stuck").await?;
+    delete(&api, "control").await?;
+    wait_gone(&api, "control").await; // positive control: other objects are served
+    journal
+        .wait_for("stuck", "stopped: StopReason(RESOURCE_DELETED)", 1)
+        .await;
+    // Every removal is rejected (422). Without a backoff the sync re-read and re-sent at once,
+    // hundreds of times a second.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let early = removals();
+    assert!(
+        (2..=10).contains(&early),
+        "{early} removals in the first 5 s"
+    );
+    // A job tries 9 times (~20-45 s with jitter), then gives up; the re-sync tries again.
+    let what = "the removal to be tried again after the job gave up";
+    wait_until(what, Duration::from_secs(120), || async { removals() > 9 }).await;
+    assert!(!finalizers(&api, "stuck").await.is_empty());
+
+    policy.remove().await?;
+    wait_until(
+        "the stuck object to be gone once the policy is gone",
+        Duration::from_secs(90),
+        || async { api.get_opt("stuck").await.is_ok_and(|o| o.is_none()) },
+    )
+    .await;
     op.shutdown().await;
     ns.cleanup().await?;
     Ok(())

@@ -76,7 +76,11 @@ pub(crate) async fn serve(
         };
         stream.watch(api, config.clone())
     });
-    futures::future::join_all(streams).await;
+    let resync = state.resync_deferred();
+    tokio::select! {
+        _ = futures::future::join_all(streams) => {}
+        () = resync => {}
+    }
 }
 
 /// Looks the kind up until the API server serves it; records whether it has a status

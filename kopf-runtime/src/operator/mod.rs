@@ -17,6 +17,7 @@ mod logging;
 mod objects;
 mod patch;
 mod records;
+mod resync;
 mod run;
 mod schema;
 mod signals;

@@ -19,6 +19,7 @@ use super::finalizer::{self, FinalizerView, finalizer_patch};
 use super::jobs::{self, Job};
 use super::patch::KubePatchSink;
 use super::records::Records;
+use super::resync::Resync;
 use crate::core::effects::Effect;
 use crate::core::object::{ObjectRef, ObjectState};
 use crate::core::resource::ResourceInfo;
@@ -33,6 +34,8 @@ pub(crate) struct KindState {
     pub(crate) events: Arc<EventPoster>,
     pub(crate) finalizer: Arc<str>,
     pub(crate) records: Arc<Records>,
+    /// Objects whose finalizer sync gave up, to be tried again.
+    resync: Resync,
     queues: Mutex<HashMap<Arc<str>, VecDeque<Job>>>,
     /// Objects whose jobs may run at once (see [`KindState::JOB_SLOTS`]).
     slots: Arc<Semaphore>,
@@ -77,6 +80,7 @@ impl KindState {
             sink,
             events,
             finalizer,
+            resync: Resync::default(),
             queues: Mutex::default(),
             slots: Arc::new(Semaphore::new(Self::JOB_SLOTS)),
             frozen: AtomicBool::new(false),
@@ -303,20 +307,50 @@ impl KindState {
         Some((r.object.clone(), patch))
     }
 
-    /// Makes the object's finalizer match the supervisor's need, with guarded patches; re-reads
-    /// the object and tries again when a guard fails.
+    /// Tries the finalizer syncs that gave up earlier again when they are due, until `stop`.
+    ///
+    /// # Cancellation safety
+    /// Cancel-safe: it only enqueues jobs.
+    pub(crate) async fn resync_deferred(self: &Arc<Self>) {
+        let mut tick = tokio::time::interval(Resync::TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            for uid in self.resync.take_due(tokio::time::Instant::now()) {
+                debug!(resource = %self.info, uid = %uid, "trying a finalizer update again");
+                self.enqueue(uid, Job::Sync);
+            }
+        }
+    }
+
+    /// Makes the object's finalizer match the supervisor's need; when it gives up, the sync is
+    /// tried again later (see [`Resync`]).
     async fn sync(&self, uid: &Arc<str>) {
+        if self.try_sync(uid).await {
+            self.resync.settled(uid);
+        } else {
+            let delay = self.resync.defer(uid, tokio::time::Instant::now());
+            debug!(resource = %self.info, uid = %uid, ?delay, "the finalizer update is tried again later");
+        }
+    }
+
+    /// Makes the object's finalizer match the supervisor's need, with guarded patches: when a
+    /// guard fails it re-reads the object and tries again at once the first time, after a
+    /// backoff from then on (a persistent 409/422, e.g. from an admission policy, must not
+    /// spin). `false` when it gave up (attempts exhausted, or a permanent error).
+    async fn try_sync(&self, uid: &Arc<str>) -> bool {
         let mut delays = self.writer.retry.delays();
+        let mut guard_failed = false;
         loop {
             if self.frozen.load(Ordering::SeqCst) {
-                return;
+                return true;
             }
             let Some((object, patch)) = self.finalizer_step(uid) else {
-                return;
+                return true;
             };
             let Some(patch) = patch else {
                 self.records.remove_if_gone(uid);
-                return;
+                return true;
             };
             let err = match finalizer::send(&self.writer, &object, patch).await {
                 Ok(updated) => {
@@ -326,9 +360,10 @@ impl KindState {
                     if view.deleting && view.finalizers.as_ref().is_none_or(Vec::is_empty) {
                         // The last finalizer of a deleted object: the API server removed it.
                         self.object_vanished(uid);
-                        return;
+                        return true;
                     }
                     self.records.update(uid, view);
+                    guard_failed = false;
                     continue;
                 }
                 Err(err) => err,
@@ -337,29 +372,33 @@ impl KindState {
             let min = match classify(&err) {
                 Failure::NotFound => {
                     self.object_vanished(uid);
-                    return;
+                    return true;
                 }
                 Failure::Conflict | Failure::Invalid => match self.writer.read(&object).await {
                     Ok(Some(fresh)) => {
                         self.records.update(uid, FinalizerView::from_object(&fresh));
-                        continue;
+                        if !std::mem::replace(&mut guard_failed, true) {
+                            continue; // the object changed under the guard: once at once
+                        }
+                        None
                     }
                     Ok(None) => {
                         self.object_vanished(uid);
-                        return;
+                        return true;
                     }
                     Err(_) => None,
                 },
                 Failure::Transient(after) => after,
                 Failure::Forbidden | Failure::Fatal => {
-                    error!(object = %object, uid = %object.uid, error = %describe(&err), "cannot update the finalizer");
-                    return;
+                    error!(object = %object, uid = %object.uid, error = %describe(&err),
+                        "cannot update the finalizer; trying again later");
+                    return false;
                 }
             };
             if !pause(&mut delays, min).await {
                 error!(object = %object, uid = %object.uid, error = %describe(&err),
-                    "cannot update the finalizer; giving up until the object changes again");
-                return;
+                    "cannot update the finalizer; trying again later");
+                return false;
             }
         }
     }
