@@ -28,15 +28,33 @@
 //!
 //! then create a `KopfExample` with `spec.field: "127.0.0.1:7000"` and read its `status.health`;
 //! stop `nc` and see `connected` turn `false` within two seconds.
+//!
+//! ## An example, not a pattern for untrusted specs
+//!
+//! The daemon connects **wherever the object's spec says**, from inside the operator's pod.
+//! Whoever may create a `KopfExample` can make the operator open connections to any host and
+//! port its network reaches (services inside the cluster, the cloud's metadata endpoint), and
+//! learn from `status.health` whether they answer and what their first line says. This is fine
+//! on a development cluster where you create the objects yourself; an operator for objects
+//! written by others must check the endpoint against an allow-list (or derive it from the
+//! object itself rather than take it verbatim) and restrict the pod's egress with a
+//! NetworkPolicy. For the same reason `tcp_health` is not in the image that
+//! `kopf-examples/deploy/Dockerfile` builds.
+//!
+//! What the endpoint sends is bounded: a line longer than [`MAX_LINE`] bytes ends the connection
+//! with an error (and is not stored), so a peer cannot make the operator buffer without limit or
+//! write a huge `status`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt as _;
 use kopf_examples::crd::KopfExample;
 use kopf_runtime::{HandlerResult, Patch, Stopper, daemon};
 use serde_json::json;
-use tokio::io::{AsyncBufReadExt as _, BufReader};
+use tokio::io::AsyncRead;
 use tokio::net::TcpStream;
+use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
 use tracing::{info, warn};
 
 /// How often the mirrored health is written (when it changed).
@@ -45,6 +63,8 @@ const FLUSH_EVERY: Duration = Duration::from_secs(2);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// The pause between connection attempts.
 const RECONNECT_AFTER: Duration = Duration::from_secs(1);
+/// The longest line accepted from the endpoint, in bytes (without the newline).
+const MAX_LINE: usize = 256;
 
 /// What the daemon has seen of the endpoint.
 #[derive(Debug, Default)]
@@ -157,21 +177,77 @@ async fn follow(
     patch: &Patch,
     flush: &mut tokio::time::Interval,
 ) {
-    let mut lines = BufReader::new(stream).lines();
+    let mut lines = bounded_lines(stream);
     loop {
         tokio::select! {
             () = stopper.stopped() => return,
             _ = flush.tick() => health.flush(patch).await,
-            line = lines.next_line() => match line {
-                Ok(Some(line)) => health.line(&line),
-                Ok(None) => return health.lost("the endpoint closed the connection".to_owned()),
-                Err(err) => return health.lost(format!("read error: {err}")),
+            line = lines.next() => match line {
+                Some(Ok(line)) => health.line(&line),
+                None => return health.lost("the endpoint closed the connection".to_owned()),
+                Some(Err(err)) => return health.lost(read_error(&err)),
             },
         }
+    }
+}
+
+/// The lines of `reader`, each at most [`MAX_LINE`] bytes long.
+fn bounded_lines<R: AsyncRead>(reader: R) -> FramedRead<R, LinesCodec> {
+    FramedRead::new(reader, LinesCodec::new_with_max_length(MAX_LINE))
+}
+
+/// What `status.health.error` says about a failed read.
+fn read_error(err: &LinesCodecError) -> String {
+    match err {
+        LinesCodecError::MaxLineLengthExceeded => {
+            format!("the endpoint sent a line longer than {MAX_LINE} bytes")
+        }
+        LinesCodecError::Io(err) => format!("read error: {err}"),
     }
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     kopf_examples::cli::run().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The lines read from `input`, or the error that ended the reading.
+    async fn read_all(input: &[u8]) -> Result<Vec<String>, String> {
+        let mut lines = bounded_lines(input);
+        let mut out = Vec::new();
+        while let Some(line) = lines.next().await {
+            out.push(line.map_err(|err| read_error(&err))?);
+        }
+        Ok(out)
+    }
+
+    #[tokio::test]
+    async fn status_words_are_read_line_by_line() {
+        assert_eq!(
+            read_all(b"ok\ndegraded\r\nok").await,
+            Ok(vec!["ok".into(), "degraded".into(), "ok".into()])
+        );
+    }
+
+    #[tokio::test]
+    async fn a_line_past_the_limit_ends_the_connection() {
+        let mut input = b"ok\n".to_vec();
+        input.resize(input.len() + 10 * MAX_LINE, b'x'); // never a newline
+        let err = read_all(&input)
+            .await
+            .expect_err("an over-long line is refused");
+        assert_eq!(
+            err,
+            format!("the endpoint sent a line longer than {MAX_LINE} bytes")
+        );
+        let at_limit = format!("{}\n", "y".repeat(MAX_LINE));
+        assert_eq!(
+            read_all(at_limit.as_bytes()).await.map(|l| l[0].len()),
+            Ok(MAX_LINE)
+        );
+    }
 }

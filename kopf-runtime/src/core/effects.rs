@@ -38,6 +38,9 @@ pub enum Effect {
         handler: &'static str,
         /// The error with its causes.
         message: String,
+        /// The error's own message, without its causes (which may quote the object's values):
+        /// what Events show by default.
+        summary: String,
         /// No retry follows.
         fatal: bool,
     },
@@ -48,7 +51,9 @@ pub enum Effect {
         object: ObjectRef,
         /// The handler id.
         handler: &'static str,
-        /// Why.
+        /// Why, with the causes.
         message: String,
+        /// Why, without the causes (see `Failure::summary`).
+        summary: String,
     },
 }

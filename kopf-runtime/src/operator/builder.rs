@@ -49,6 +49,7 @@ pub struct OperatorBuilder {
     pub(crate) max_writes_in_flight: usize,
     pub(crate) max_concurrent_handlers: Option<usize>,
     pub(crate) log_format: Option<LogFormat>,
+    pub(crate) error_causes_in_events: bool,
 }
 
 impl std::fmt::Debug for OperatorBuilder {
@@ -87,6 +88,7 @@ impl Default for OperatorBuilder {
             max_writes_in_flight: Self::DEFAULT_WRITES_IN_FLIGHT,
             max_concurrent_handlers: None,
             log_format: None,
+            error_causes_in_events: false,
         }
     }
 }
@@ -317,6 +319,24 @@ impl OperatorBuilder {
     /// ```
     pub fn log_format(mut self, format: LogFormat) -> Self {
         self.log_format = Some(format);
+        self
+    }
+
+    /// Whether the operator's `Warning` Events about a failed handler (`HandlerFailed`) or a
+    /// skipped object (`ObjectSkipped`) include the error's causes (default: `false`).
+    ///
+    /// Events are readable by everyone with `view` in the namespace, and causes often quote
+    /// the object's values (serde errors do). By default a Warning says what failed and the
+    /// error's own message, and points to the operator's log, which always has the whole chain.
+    /// Turn this on when the people who read the namespace's Events may see everything the
+    /// handlers' errors say. Events posted by handlers through `Events` are never changed.
+    ///
+    /// ```
+    /// let builder = kopf_runtime::Operator::builder().error_causes_in_events(true);
+    /// # drop(builder);
+    /// ```
+    pub fn error_causes_in_events(mut self, include: bool) -> Self {
+        self.error_causes_in_events = include;
         self
     }
 

@@ -53,6 +53,42 @@ pub enum OperatorError {
         /// The API server's URL from the configuration.
         cluster_url: String,
     },
+    /// The API server's URL is plain `http://` on a host that is not the loopback, so the
+    /// credentials (the service account's token) and every object would cross the network in
+    /// clear, from and to a server nobody verified. Use `https://`; plain HTTP is accepted only
+    /// for `127.0.0.0/8`, `::1` and `localhost` (e.g. `kubectl proxy`).
+    ///
+    /// Checked for a configuration the operator uses (from the environment or
+    /// [`OperatorBuilder::kube_config`](crate::OperatorBuilder::kube_config)); a ready-made
+    /// `kube::Client` given to [`OperatorBuilder::client`](crate::OperatorBuilder::client) does
+    /// not expose its URL and cannot be checked.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use kopf_runtime::*;
+    /// # struct Mine;
+    /// # static SPEC: HandlerSpec = HandlerSpec::new("mine", HandlerKind::Daemon);
+    /// # impl ErasedHandler for Mine {
+    /// #     fn spec(&self) -> &'static HandlerSpec { &SPEC }
+    /// #     fn matches(&self, _: &ObjectState) -> Result<bool, MatchError> { Ok(true) }
+    /// #     fn invoke(&self, _: Invocation) -> Result<Call, HandlerError> { Err(HandlerError::permanent("demo")) }
+    /// # }
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let cm = ResourceInfo::new("", "v1", "ConfigMap", "configmaps", true);
+    /// let config = kube::Config::new("http://10.1.2.3:8080".parse().expect("a URL"));
+    /// let refused = Operator::builder().handler(cm, Arc::new(Mine)).kube_config(config).start().await;
+    /// assert!(matches!(refused, Err(OperatorError::PlainHttp { .. })));
+    /// # }
+    /// ```
+    #[error(
+        "the Kubernetes API server URL {cluster_url} is plain HTTP to a host that is not the \
+         loopback; refusing to send credentials in clear: use https:// (plain HTTP is accepted \
+         only for 127.0.0.0/8, ::1 and localhost)"
+    )]
+    PlainHttp {
+        /// The API server's URL from the configuration.
+        cluster_url: String,
+    },
     /// The signal handlers cannot be installed.
     #[error("cannot listen for SIGINT/SIGTERM")]
     Signal(#[source] std::io::Error),

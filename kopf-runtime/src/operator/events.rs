@@ -1,5 +1,9 @@
 //! Kubernetes Events (`events.k8s.io/v1`): posted only when a handler asks, plus a Warning on a
 //! handler failure or an object that cannot be used.
+//!
+//! Events are readable by everyone with `view` in the namespace, so the operator's own Warnings
+//! carry an error's message without its causes unless the operator opts in
+//! ([`OperatorBuilder::error_causes_in_events`](crate::OperatorBuilder::error_causes_in_events)).
 
 use std::sync::Arc;
 
@@ -16,6 +20,8 @@ use crate::handler::Inject;
 
 /// The longest note the API accepts (1 kB); longer notes are cut.
 const MAX_NOTE: usize = 1024;
+/// Appended to a Warning's note whose causes were left out.
+const CAUSES_OMITTED: &str = " (the causes are in the operator's log)";
 
 /// Why an Event could not be posted.
 ///
@@ -39,6 +45,8 @@ pub struct EventError {
 pub(crate) struct EventPoster {
     recorder: Recorder,
     writes: Arc<Semaphore>,
+    /// Whether the operator's Warnings keep the causes of an error.
+    error_causes: bool,
 }
 
 impl std::fmt::Debug for EventPoster {
@@ -59,8 +67,41 @@ fn cut(mut note: String) -> String {
     note
 }
 
+/// The text of one of the operator's own Warnings: what failed, and the error with and without
+/// its causes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct WarningNote {
+    /// What failed, e.g. "handler `sync` failed permanently".
+    pub(crate) what: String,
+    /// The error's own message.
+    pub(crate) summary: String,
+    /// The error with its causes (which may quote the object's values, e.g. serde errors).
+    pub(crate) message: String,
+}
+
+impl WarningNote {
+    /// The note to post: with the causes only when `causes` (the operator opted in).
+    fn text(self, causes: bool) -> String {
+        let Self {
+            what,
+            summary,
+            message,
+        } = self;
+        if causes || summary == message {
+            format!("{what}: {message}")
+        } else {
+            format!("{what}: {summary}{CAUSES_OMITTED}")
+        }
+    }
+}
+
 impl EventPoster {
-    pub(crate) fn new(client: Client, controller: String, writes: Arc<Semaphore>) -> Self {
+    pub(crate) fn new(
+        client: Client,
+        controller: String,
+        writes: Arc<Semaphore>,
+        error_causes: bool,
+    ) -> Self {
         let instance = std::env::var("POD_NAME").ok();
         Self {
             recorder: Recorder::new(
@@ -71,6 +112,7 @@ impl EventPoster {
                 },
             ),
             writes,
+            error_causes,
         }
     }
 
@@ -97,14 +139,16 @@ impl EventPoster {
         self.recorder.publish(&event, regarding).await
     }
 
-    /// Posts a Warning, logging (not returning) a failure to post it.
+    /// Posts one of the operator's own Warnings about a failure, logging (not returning) a
+    /// failure to post it. The error's causes are left out unless the operator opted in.
     pub(crate) async fn warn(
         &self,
         regarding: &ObjectReference,
         reason: &str,
         action: &str,
-        note: String,
+        note: WarningNote,
     ) {
+        let note = note.text(self.error_causes);
         if let Err(err) = self
             .post(regarding, EventType::Warning, reason, action, note)
             .await
@@ -247,5 +291,118 @@ mod tests {
         let note = cut("é".repeat(600));
         assert!(note.len() <= MAX_NOTE && note.ends_with("..."));
         assert_eq!(cut("short".into()), "short");
+    }
+
+    #[test]
+    fn a_note_has_the_causes_only_when_asked_for() {
+        let note = |summary: &str, message: &str| WarningNote {
+            what: "handler `sync` failed permanently".into(),
+            summary: summary.into(),
+            message: message.into(),
+        };
+        let chained = note(
+            "cannot sync: a colon",
+            "cannot sync: a colon: refused: os error 111",
+        );
+        assert_eq!(
+            chained.clone().text(false),
+            "handler `sync` failed permanently: cannot sync: a colon \
+             (the causes are in the operator's log)"
+        );
+        assert_eq!(
+            chained.text(true),
+            "handler `sync` failed permanently: cannot sync: a colon: refused: os error 111"
+        );
+        let plain = note("the bucket is gone", "the bucket is gone");
+        assert_eq!(
+            plain.text(false),
+            "handler `sync` failed permanently: the bucket is gone"
+        );
+    }
+
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::sync::Mutex;
+    use std::task::{Context, Poll};
+
+    use crate::core::outcome::HandlerError;
+    use http::{Request, Response};
+    use kube::client::Body;
+
+    /// A fake API server that records the notes of the events posted to it.
+    #[derive(Clone, Default)]
+    struct Capture(Arc<Mutex<Vec<String>>>);
+
+    impl tower::Service<Request<Body>> for Capture {
+        type Response = Response<Body>;
+        type Error = kube::Error;
+        type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, kube::Error>> + Send>>;
+
+        fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), kube::Error>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, request: Request<Body>) -> Self::Future {
+            let notes = Arc::clone(&self.0);
+            Box::pin(async move {
+                let body = request.into_body().collect_bytes().await?;
+                let event: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+                let note = event["note"].as_str().unwrap_or_default().to_owned();
+                notes.lock().expect("not poisoned").push(note);
+                let created = Response::builder()
+                    .status(201)
+                    .body(Body::from(body.to_vec()));
+                Ok(created.expect("a valid response"))
+            })
+        }
+    }
+
+    /// The note of the Warning the operator posts about this failure.
+    async fn posted_warning(error_causes: bool, note: WarningNote) -> String {
+        let capture = Capture::default();
+        let client = Client::new(capture.clone(), "default");
+        let poster = EventPoster::new(
+            client,
+            "kopf".into(),
+            Arc::new(Semaphore::new(1)),
+            error_causes,
+        );
+        let regarding = ObjectReference {
+            name: Some("example".into()),
+            namespace: Some("default".into()),
+            ..ObjectReference::default()
+        };
+        poster.warn(&regarding, "HandlerFailed", "sync", note).await;
+        let notes = capture.0.lock().expect("not poisoned").clone();
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        notes.into_iter().next().unwrap_or_default()
+    }
+
+    /// What the operator posts when a handler fails with a cause that quotes the object.
+    fn failure_note() -> WarningNote {
+        let serde = serde_json::from_str::<u32>("\"hunter2\"").expect_err("not a number");
+        let error = HandlerError::msg("cannot read spec.port").with_source(serde);
+        WarningNote {
+            what: "handler `sync` failed and will be retried".into(),
+            summary: error.to_string(),
+            message: error.report(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failure_warning_leaves_the_causes_out_by_default() {
+        let note = posted_warning(false, failure_note()).await;
+        assert_eq!(
+            note,
+            "handler `sync` failed and will be retried: cannot read spec.port \
+             (the causes are in the operator's log)"
+        );
+        assert!(!note.contains("hunter2"), "{note}");
+    }
+
+    #[tokio::test]
+    async fn a_failure_warning_has_the_whole_chain_when_the_operator_opts_in() {
+        let note = posted_warning(true, failure_note()).await;
+        assert!(note.ends_with("cannot read spec.port: invalid type: string \"hunter2\", expected u32 at line 1 column 9"), "{note}");
     }
 }

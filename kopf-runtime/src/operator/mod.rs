@@ -21,6 +21,7 @@ mod resync;
 mod run;
 mod schema;
 mod signals;
+mod transport;
 
 pub use builder::OperatorBuilder;
 pub use error::OperatorError;

@@ -14,7 +14,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{Instrument, debug, error, info, warn};
 
 use super::api::{Failure, Writer, classify, describe, pause};
-use super::events::{EventPoster, reference};
+use super::events::{EventPoster, WarningNote, reference};
 use super::finalizer::{self, FinalizerView, finalizer_patch};
 use super::jobs::{self, Job};
 use super::patch::KubePatchSink;
@@ -164,12 +164,18 @@ impl KindState {
                 object,
                 handler,
                 message,
+                summary,
                 fatal,
             } => {
-                let note = if fatal {
-                    format!("handler `{handler}` failed permanently: {message}")
+                let what = if fatal {
+                    format!("handler `{handler}` failed permanently")
                 } else {
-                    format!("handler `{handler}` failed and will be retried: {message}")
+                    format!("handler `{handler}` failed and will be retried")
+                };
+                let note = WarningNote {
+                    what,
+                    summary,
+                    message,
                 };
                 self.warn_event(&object, "HandlerFailed", handler, note);
             }
@@ -177,15 +183,16 @@ impl KindState {
                 object,
                 handler,
                 message,
+                summary,
             } => {
                 warn!(resource = %self.info, object = %object, uid = %object.uid, handler, error = %message,
                     "skipping the object for this handler");
-                self.warn_event(
-                    &object,
-                    "ObjectSkipped",
-                    handler,
-                    format!("handler `{handler}` skipped the object: {message}"),
-                );
+                let note = WarningNote {
+                    what: format!("handler `{handler}` skipped the object"),
+                    summary,
+                    message,
+                };
+                self.warn_event(&object, "ObjectSkipped", handler, note);
             }
         }
     }
@@ -195,7 +202,7 @@ impl KindState {
         object: &ObjectRef,
         reason: &'static str,
         action: &'static str,
-        note: String,
+        note: WarningNote,
     ) {
         let regarding = reference(&self.info, object);
         let events = self.events.clone();

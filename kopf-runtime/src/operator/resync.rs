@@ -46,10 +46,13 @@ impl Resync {
         let delay = due
             .get(uid)
             .map_or(Self::FIRST, |d| (d.delay * 2).min(Self::CAP));
-        due.insert(Arc::clone(uid), Deferred {
-            at: now + delay,
-            delay,
-        });
+        due.insert(
+            Arc::clone(uid),
+            Deferred {
+                at: now + delay,
+                delay,
+            },
+        );
         delay
     }
 
@@ -109,9 +112,16 @@ mod tests {
         resync.defer(&b, t0 + 3 * S);
         assert!(resync.take_due(t0 + 4 * S).is_empty());
         assert_eq!(resync.take_due(t0 + 5 * S), vec![a.clone()]);
-        assert!(resync.take_due(t0 + 6 * S).is_empty(), "taken: not due again at once");
+        assert!(
+            resync.take_due(t0 + 6 * S).is_empty(),
+            "taken: not due again at once"
+        );
         assert_eq!(resync.take_due(t0 + 8 * S), vec![b.clone()]);
-        assert_eq!(resync.take_due(t0 + 10 * S), vec![a], "neither settled nor deferred");
+        assert_eq!(
+            resync.take_due(t0 + 10 * S),
+            vec![a],
+            "neither settled nor deferred"
+        );
         assert_eq!(resync.len(), 2);
     }
 }

@@ -23,6 +23,7 @@ use super::limits::{RateLimitLayer, RateLimiter, RequestStats};
 use super::logging::init_logging;
 use super::objects::KindState;
 use super::patch::{KubePatchSink, StatusMode};
+use super::transport;
 use crate::core::handler::{ErasedHandler, Services};
 use crate::core::resource::ResourceInfo;
 use crate::core::sink::PatchSinkHandle;
@@ -275,6 +276,7 @@ impl OperatorBuilder {
             client.clone(),
             self.field_manager.clone(),
             writes.clone(),
+            self.error_causes_in_events,
         ));
         let shared = Shared {
             poster: services
@@ -488,48 +490,13 @@ impl OperatorBuilder {
             Some(config) => config,
             None => kube::Config::infer().await.map_err(OperatorError::Config)?,
         };
-        refuse_insecure_tls(&config)?;
+        transport::refuse_insecure_tls(&config)?;
+        transport::refuse_plain_http(&config)?;
         let limiter = Arc::new(RateLimiter::per_second(self.requests_per_second));
         let client = kube::client::ClientBuilder::try_from(config)
             .map_err(OperatorError::Client)?
             .with_layer(&RateLimitLayer(limiter.clone()))
             .build();
         Ok((client, Some(limiter)))
-    }
-}
-
-/// TLS verification of the API server is always on: a configuration that turns it off (e.g. a
-/// kubeconfig with `insecure-skip-tls-verify: true`) is refused, never followed silently.
-fn refuse_insecure_tls(config: &kube::Config) -> Result<(), OperatorError> {
-    if config.accept_invalid_certs {
-        return Err(OperatorError::InsecureTls {
-            cluster_url: config.cluster_url.to_string(),
-        });
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tls_tests {
-    use super::{OperatorError, refuse_insecure_tls};
-
-    fn config() -> kube::Config {
-        kube::Config::new("https://127.0.0.1:6443".parse().expect("a valid URL"))
-    }
-
-    #[test]
-    fn a_verifying_configuration_is_accepted() {
-        assert!(refuse_insecure_tls(&config()).is_ok());
-    }
-
-    #[test]
-    fn skipping_tls_verification_is_refused_with_the_cluster_named() {
-        let mut insecure = config();
-        insecure.accept_invalid_certs = true;
-        let err = refuse_insecure_tls(&insecure).expect_err("must refuse");
-        assert!(matches!(err, OperatorError::InsecureTls { .. }));
-        let text = err.to_string();
-        assert!(text.contains("https://127.0.0.1:6443/"), "{text}");
-        assert!(text.contains("insecure-skip-tls-verify"), "{text}");
     }
 }

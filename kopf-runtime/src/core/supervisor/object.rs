@@ -20,7 +20,8 @@ enum Match {
     Yes,
     No,
     /// The object could not be evaluated: a `Skipped` effect (once per version), no match.
-    Skip(String),
+    /// The message with its causes, and without.
+    Skip(String, String),
 }
 
 impl Inner {
@@ -70,12 +71,12 @@ impl Inner {
         }
         let version = matches
             .iter()
-            .any(|m| matches!(m, Match::Skip(_)))
+            .any(|m| matches!(m, Match::Skip(..)))
             .then(|| essence::hash_value(object.body()));
         for (index, found) in matches.into_iter().enumerate() {
             let slot = &mut entry.slots[index];
             slot.matched = matches!(found, Match::Yes);
-            let Match::Skip(message) = found else {
+            let Match::Skip(message, summary) = found else {
                 slot.skipped = None;
                 continue;
             };
@@ -87,6 +88,7 @@ impl Inner {
                     object: entry.reference.clone(),
                     handler,
                     message,
+                    summary,
                 });
             }
         }
@@ -293,11 +295,14 @@ fn evaluate(handler: &dyn crate::core::handler::ErasedHandler, object: &ObjectSt
     match catch_unwind(AssertUnwindSafe(|| handler.matches(object))) {
         Ok(Ok(true)) => Match::Yes,
         Ok(Ok(false)) => Match::No,
-        Ok(Err(err)) => Match::Skip(match_message(&err)),
-        Err(panic) => Match::Skip(format!(
-            "the filters panicked: {}",
-            super::runner::panic_message(&panic)
-        )),
+        Ok(Err(err)) => Match::Skip(match_message(&err), err.to_string()),
+        Err(panic) => {
+            let message = format!(
+                "the filters panicked: {}",
+                super::runner::panic_message(&panic)
+            );
+            Match::Skip(message.clone(), message)
+        }
     }
 }
 

@@ -199,6 +199,7 @@ impl Runner {
             object: object.clone(),
             handler,
             message,
+            summary: err.to_string(),
             fatal: !retry,
         };
         self.inner.emit(&self.uid, effect);

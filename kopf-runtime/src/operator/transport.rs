@@ -1,0 +1,92 @@
+//! Transport security of the client configuration, checked before the operator uses it: TLS
+//! verification on, and no credentials sent in clear.
+
+use super::error::OperatorError;
+
+/// TLS verification of the API server is always on: a configuration that turns it off (e.g. a
+/// kubeconfig with `insecure-skip-tls-verify: true`) is refused, never followed silently.
+pub(crate) fn refuse_insecure_tls(config: &kube::Config) -> Result<(), OperatorError> {
+    if config.accept_invalid_certs {
+        return Err(OperatorError::InsecureTls {
+            cluster_url: config.cluster_url.to_string(),
+        });
+    }
+    Ok(())
+}
+
+/// Plain `http://` is accepted only to the loopback (e.g. `kubectl proxy`): anywhere else it
+/// would send the credentials in clear.
+pub(crate) fn refuse_plain_http(config: &kube::Config) -> Result<(), OperatorError> {
+    let url = &config.cluster_url;
+    let loopback = |host: &str| {
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        host.eq_ignore_ascii_case("localhost")
+            || host
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.to_canonical().is_loopback())
+    };
+    if url.scheme() == Some(&http::uri::Scheme::HTTP) && !url.host().is_some_and(loopback) {
+        return Err(OperatorError::PlainHttp {
+            cluster_url: url.to_string(),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{OperatorError, refuse_insecure_tls, refuse_plain_http};
+
+    fn config() -> kube::Config {
+        kube::Config::new("https://127.0.0.1:6443".parse().expect("a valid URL"))
+    }
+
+    #[test]
+    fn a_verifying_configuration_is_accepted() {
+        assert!(refuse_insecure_tls(&config()).is_ok());
+    }
+
+    #[test]
+    fn skipping_tls_verification_is_refused_with_the_cluster_named() {
+        let mut insecure = config();
+        insecure.accept_invalid_certs = true;
+        let err = refuse_insecure_tls(&insecure).expect_err("must refuse");
+        assert!(matches!(err, OperatorError::InsecureTls { .. }));
+        let text = err.to_string();
+        assert!(text.contains("https://127.0.0.1:6443/"), "{text}");
+        assert!(text.contains("insecure-skip-tls-verify"), "{text}");
+    }
+
+    fn at(url: &str) -> kube::Config {
+        kube::Config::new(url.parse().expect("a valid URL"))
+    }
+
+    #[test]
+    fn plain_http_is_refused_unless_to_the_loopback() {
+        let err = refuse_plain_http(&at("http://10.1.2.3:8080")).expect_err("must refuse");
+        assert!(matches!(err, OperatorError::PlainHttp { .. }));
+        let text = err.to_string();
+        assert!(
+            text.contains("http://10.1.2.3:8080/") && text.contains("https://"),
+            "{text}"
+        );
+        for url in [
+            "http://kubernetes.default.svc",
+            "HTTP://example.com",
+            "http://[fe80::1]:80",
+        ] {
+            assert!(refuse_plain_http(&at(url)).is_err(), "{url}");
+        }
+        for url in [
+            "http://127.0.0.1:8001",
+            "http://127.200.0.9",
+            "http://localhost:8001",
+            "http://LocalHost",
+            "http://[::1]:8001",
+            "http://[::ffff:127.0.0.1]:8001",
+            "https://10.1.2.3:6443",
+        ] {
+            assert!(refuse_plain_http(&at(url)).is_ok(), "{url}");
+        }
+    }
+}
