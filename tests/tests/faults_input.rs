@@ -89,6 +89,7 @@ async fn hostile_objects_are_skipped_and_every_other_object_is_served() -> anyho
     let log = InstanceLog::default();
     let registry = Registry::from_inventory()?.select(&[DAEMON])?;
     let op = Operator::builder()
+        .name("kopf-tests")
         .kube_config(test_config().await?)
         .namespaces([ns.name()])
         .registry(&registry)

@@ -95,7 +95,9 @@ fn child(namespace: String) -> ExitCode {
     };
     let result: anyhow::Result<()> = runtime.block_on(async {
         let registry = Registry::from_inventory()?.select(&[DAEMON, TIMER])?;
-        let mut builder = Operator::builder().log_format(LogFormat::Human);
+        let mut builder = Operator::builder()
+            .name("kopf-tests")
+            .log_format(LogFormat::Human);
         if std::env::var_os(INFER_ENV).is_none() {
             builder = builder.kube_config(test_config().await?);
         }

@@ -228,6 +228,62 @@ async fn other_controllers_finalizers_are_never_dropped() -> anyhow::Result<()> 
 
 const OTHER: &str = "example.com/other-controller";
 
+/// Takes 2 s to exit once asked to stop.
+#[daemon(id = "lifecycle-slow-exit", cancellation_backoff = "10s")]
+async fn lifecycle_slow_exit(obj: Arc<KopfExample>, stopper: Stopper, journal: Data<Journal>) {
+    let name = obj.metadata.name.clone().unwrap_or_default();
+    journal.record(&name, "slow started");
+    stopper.stopped().await;
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    journal.record(&name, "slow exited");
+}
+
+#[tokio::test]
+async fn two_operators_on_one_kind_keep_their_own_finalizers() -> anyhow::Result<()> {
+    let (ns, api) = example_namespace().await?;
+    let journal = Journal::default();
+    let quick = operator(&ns, &["lifecycle-daemon"])
+        .await?
+        .data(journal.clone())
+        .start()
+        .await?;
+    let slow = operator(&ns, &["lifecycle-slow-exit"])
+        .await?
+        .name("kopf-tests-slow")
+        .data(journal.clone())
+        .start()
+        .await?;
+
+    create(&api, "served-twice", "a").await?;
+    let mut both = [FINALIZER, "kopf.dev/kopf-tests-slow"];
+    both.sort_unstable();
+    kopf_tests::wait_until("both operators' finalizers", PROMPTLY, || async {
+        let mut seen = finalizers(&api, "served-twice").await;
+        seen.sort_unstable();
+        seen == both
+    })
+    .await;
+    journal.wait_for("served-twice", "slow started", 1).await;
+
+    // The quick one releases its finalizer at once; the object stays until the slow one's
+    // daemon has exited (with one shared finalizer, the quick one released it for both).
+    delete(&api, "served-twice").await?;
+    journal
+        .wait_for("served-twice", "stopped: StopReason(RESOURCE_DELETED)", 1)
+        .await;
+    wait_gone(&api, "served-twice").await;
+    assert_eq!(
+        journal.count("served-twice", "slow exited"),
+        1,
+        "the object was gone before the slow operator's daemon exited"
+    );
+
+    quick.shutdown().await;
+    slow.shutdown().await;
+    ns.cleanup().await?;
+    Ok(())
+}
+
 async fn wait_until_finalizers(api: &kube::Api<KopfExample>, name: &str, expected: &[&str]) {
     kopf_tests::wait_until(
         format!("{name} to have finalizers {expected:?}"),

@@ -40,6 +40,7 @@ async fn the_operator_recovers_from_an_api_server_restart() -> anyhow::Result<()
     let journal = Journal::default();
     let registry = Registry::from_inventory()?.select(&["restart-daemon", "restart-timer"])?;
     let op = Operator::builder()
+        .name("kopf-tests")
         .kube_config(env.config().await?)
         .namespaces([ns.name()])
         .registry(&registry)

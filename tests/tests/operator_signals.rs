@@ -67,6 +67,7 @@ fn child_operator() -> anyhow::Result<()> {
     runtime.block_on(async {
         let registry = Registry::from_inventory()?.select(&[handler])?;
         Operator::builder()
+            .name("kopf-tests")
             .kube_config(test_config().await?)
             .namespaces([ns])
             .registry(&registry)

@@ -112,6 +112,7 @@ async fn service_account_token(admin: &Client, ns: &str, name: &str) -> anyhow::
 fn operator(config: Config, ns: &TestNamespace) -> anyhow::Result<OperatorBuilder> {
     let registry = Registry::from_inventory()?.select(&["rbac_daemon", "rbac_timer"])?;
     Ok(Operator::builder()
+        .name("kopf-tests")
         .kube_config(config)
         .namespaces([ns.name()])
         .registry(&registry)
@@ -191,7 +192,7 @@ async fn assert_whole_job(
                 .await
                 .ok()
                 .and_then(|o| o.metadata.finalizers)
-                .is_some_and(|f| f.iter().any(|f| f == OperatorBuilder::DEFAULT_FINALIZER))
+                .is_some_and(|f| f.iter().any(|f| f == "kopf.dev/kopf-tests"))
         },
     )
     .await;

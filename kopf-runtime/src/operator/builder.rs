@@ -9,6 +9,7 @@ use std::time::Duration;
 use kube::Client;
 
 use super::error::OperatorError;
+use super::identity::Identity;
 use super::logging::LogFormat;
 use crate::core::handler::{ErasedHandler, Services};
 use crate::core::resource::ResourceInfo;
@@ -41,8 +42,9 @@ pub struct OperatorBuilder {
     pub(crate) namespaces: Vec<String>,
     pub(crate) label_selector: Option<String>,
     pub(crate) services: Services,
-    pub(crate) finalizer: String,
-    pub(crate) field_manager: String,
+    pub(crate) name: Option<String>,
+    pub(crate) finalizer: Option<String>,
+    pub(crate) field_manager: Option<String>,
     pub(crate) health_addr: Option<SocketAddr>,
     pub(crate) shutdown_timeout: Duration,
     pub(crate) requests_per_second: Option<u32>,
@@ -65,6 +67,7 @@ impl std::fmt::Debug for OperatorBuilder {
             )
             .field("namespaces", &self.namespaces)
             .field("label_selector", &self.label_selector)
+            .field("name", &self.name)
             .field("finalizer", &self.finalizer)
             .finish_non_exhaustive()
     }
@@ -80,8 +83,9 @@ impl Default for OperatorBuilder {
             namespaces: Vec::new(),
             label_selector: None,
             services: Services::default(),
-            finalizer: Self::DEFAULT_FINALIZER.to_owned(),
-            field_manager: Self::DEFAULT_FIELD_MANAGER.to_owned(),
+            name: None,
+            finalizer: None,
+            field_manager: None,
             health_addr: None,
             shutdown_timeout: Self::DEFAULT_SHUTDOWN_TIMEOUT,
             requests_per_second: None,
@@ -94,11 +98,6 @@ impl Default for OperatorBuilder {
 }
 
 impl OperatorBuilder {
-    /// The finalizer used unless [`finalizer`](Self::finalizer) says otherwise.
-    pub const DEFAULT_FINALIZER: &'static str = "kopf.dev/finalizer";
-    /// The field manager named by every write unless [`field_manager`](Self::field_manager)
-    /// says otherwise.
-    pub const DEFAULT_FIELD_MANAGER: &'static str = "kopf";
     /// How long a shutdown may take by default.
     pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(25);
     /// The default limit on writes (patches, finalizer changes, events) in flight.
@@ -220,25 +219,42 @@ impl OperatorBuilder {
         self
     }
 
-    /// The finalizer name (default `kopf.dev/finalizer`).
+    /// The operator's name, a DNS-1123 label such as `backup-operator` (default: the binary's
+    /// name, lowercased, other characters turned into `-`). It names the operator on the API
+    /// server: the finalizer is `kopf.dev/<name>` and the field manager of every write (and
+    /// the controller of its Events) is `<name>`, unless set explicitly. Two operators on one
+    /// kind must have different names, or they remove each other's finalizer.
+    ///
+    /// ```
+    /// let builder = kopf_runtime::Operator::builder().name("backup-operator");
+    /// # drop(builder);
+    /// ```
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// The finalizer, a qualified name such as `example.com/my-operator` (default:
+    /// `kopf.dev/<name>`, see [`name`](Self::name)). The operator adds and removes only this
+    /// one; other finalizers on an object are left as they are.
     ///
     /// ```
     /// let builder = kopf_runtime::Operator::builder().finalizer("example.com/my-operator");
     /// # drop(builder);
     /// ```
     pub fn finalizer(mut self, name: impl Into<String>) -> Self {
-        self.finalizer = name.into();
+        self.finalizer = Some(name.into());
         self
     }
 
-    /// The field manager named by every write (default `kopf`).
+    /// The field manager named by every write (default: the operator's [`name`](Self::name)).
     ///
     /// ```
     /// let builder = kopf_runtime::Operator::builder().field_manager("my-operator");
     /// # drop(builder);
     /// ```
     pub fn field_manager(mut self, name: impl Into<String>) -> Self {
-        self.field_manager = name.into();
+        self.field_manager = Some(name.into());
         self
     }
 
@@ -340,8 +356,9 @@ impl OperatorBuilder {
         self
     }
 
-    /// Checks the options that cannot work.
-    pub(crate) fn validate(&self) -> Result<(), OperatorError> {
+    /// Checks the options that cannot work, and resolves the operator's name, finalizer and
+    /// field manager.
+    pub(crate) fn validate(&self) -> Result<Identity, OperatorError> {
         let invalid = |option, reason: &str| {
             Err(OperatorError::InvalidOption {
                 option,
@@ -357,19 +374,21 @@ impl OperatorBuilder {
         if self.max_concurrent_handlers == Some(0) {
             return invalid("max_concurrent_handlers", "must be at least 1");
         }
-        if self.finalizer.is_empty() || !self.finalizer.contains('/') {
-            return invalid(
-                "finalizer",
-                "must be a qualified name such as `example.com/name`",
-            );
-        }
-        if self.field_manager.is_empty() || self.field_manager.len() > 128 {
+        if self
+            .field_manager
+            .as_ref()
+            .is_some_and(|m| m.is_empty() || m.len() > 128)
+        {
             return invalid("field_manager", "must have 1 to 128 characters");
         }
         if self.namespaces.iter().any(String::is_empty) {
             return invalid("namespaces", "a namespace name is empty");
         }
-        Ok(())
+        Identity::resolve(
+            self.name.as_deref(),
+            self.finalizer.as_deref(),
+            self.field_manager.as_deref(),
+        )
     }
 }
 

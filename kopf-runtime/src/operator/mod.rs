@@ -10,6 +10,7 @@ mod events;
 mod finalizer;
 mod handlers;
 mod health;
+mod identity;
 mod jobs;
 mod kind;
 mod limits;

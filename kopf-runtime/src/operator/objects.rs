@@ -16,6 +16,7 @@ use tracing::{Instrument, debug, error, info, warn};
 use super::api::{Failure, Writer, classify, describe, pause};
 use super::events::{EventPoster, WarningNote, reference};
 use super::finalizer::{self, FinalizerView, finalizer_patch};
+use super::identity::is_foreign_kopf_finalizer;
 use super::jobs::{self, Job};
 use super::patch::KubePatchSink;
 use super::records::Records;
@@ -41,6 +42,8 @@ pub(crate) struct KindState {
     slots: Arc<Semaphore>,
     /// Set at shutdown: finalizers are left as they are (daemons resume after a restart).
     frozen: AtomicBool,
+    /// Whether another kopf operator's finalizer was seen (and warned about) already.
+    foreign_seen: AtomicBool,
     pub(crate) stop: CancellationToken,
     pub(crate) tasks: TaskTracker,
 }
@@ -84,6 +87,7 @@ impl KindState {
             queues: Mutex::default(),
             slots: Arc::new(Semaphore::new(Self::JOB_SLOTS)),
             frozen: AtomicBool::new(false),
+            foreign_seen: AtomicBool::new(false),
             stop,
             tasks: TaskTracker::new(),
         }
@@ -113,10 +117,33 @@ impl KindState {
         };
         let object = state.reference().clone();
         let uid = object.uid.clone();
+        self.warn_if_foreign(&object, &view);
         self.records.seen(object, view);
         self.supervisor.observe(state);
         self.enqueue(uid.clone(), Job::Sync);
         Some(uid)
+    }
+
+    /// Warns once per kind when an object carries another kopf operator's finalizer: two
+    /// operators serve the kind (each keeps its own finalizer), or this one ran under another
+    /// name before (its old finalizer stays until removed by hand).
+    fn warn_if_foreign(&self, object: &ObjectRef, view: &FinalizerView) {
+        if self.foreign_seen.load(Ordering::Relaxed) {
+            return;
+        }
+        let foreign = view
+            .finalizers
+            .iter()
+            .flatten()
+            .find(|f| is_foreign_kopf_finalizer(f, &self.finalizer));
+        if let Some(other) = foreign
+            && !self.foreign_seen.swap(true, Ordering::Relaxed)
+        {
+            warn!(resource = %self.info, object = %object, finalizer = %other, ours = %self.finalizer,
+                "an object carries the finalizer of another kopf operator: another operator serves \
+                 this kind, or this one ran under another name before (then remove the old \
+                 finalizer, or set OperatorBuilder::finalizer to it); shown once");
+        }
     }
 
     /// An object was deleted or left the label selector (with its last state), or vanished

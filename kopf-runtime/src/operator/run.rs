@@ -18,6 +18,7 @@ use super::error::OperatorError;
 use super::events::EventPoster;
 use super::handlers::Capped;
 use super::health::{self, Health, KindHealth, WatchPhase};
+use super::identity::Identity;
 use super::kind::{self, Scope};
 use super::limits::{RateLimitLayer, RateLimiter, RequestStats};
 use super::logging::init_logging;
@@ -64,6 +65,7 @@ impl std::fmt::Debug for Operator {
 
 /// What every resource kind of one operator shares.
 struct Shared {
+    identity: Identity,
     client: Client,
     services: Services,
     poster: Arc<EventPoster>,
@@ -263,7 +265,7 @@ impl OperatorBuilder {
     /// # let _ = demo;
     /// ```
     pub async fn start(mut self) -> Result<Operator, OperatorError> {
-        self.validate()?;
+        let identity = self.validate()?;
         if let Some(format) = self.log_format {
             let _already_installed = init_logging(format);
         }
@@ -274,11 +276,12 @@ impl OperatorBuilder {
         services.insert(client.clone());
         services.insert(EventPoster::new(
             client.clone(),
-            self.field_manager.clone(),
+            identity.field_manager.clone(),
             writes.clone(),
             self.error_causes_in_events,
         ));
         let shared = Shared {
+            identity,
             poster: services
                 .get::<EventPoster>()
                 .expect("the event poster was just inserted"),
@@ -322,7 +325,9 @@ impl OperatorBuilder {
             kinds.push((state, kind_health));
             watches.push(watch);
         }
-        info!(resources = kinds.len(), namespaces = ?self.namespaces, "the operator has started");
+        let identity = &shared.identity;
+        info!(operator = %identity.name, finalizer = %identity.finalizer, resources = kinds.len(),
+            namespaces = ?self.namespaces, "the operator has started");
         Ok(Operator {
             kinds,
             health,
@@ -355,7 +360,7 @@ impl OperatorBuilder {
             client: shared.client.clone(),
             resource: Arc::new(api_resource(&info)),
             info: info.clone(),
-            field_manager: self.field_manager.as_str().into(),
+            field_manager: shared.identity.field_manager.as_str().into(),
             writes: shared.writes.clone(),
             retry: RetrySettings::default(),
         };
@@ -368,11 +373,11 @@ impl OperatorBuilder {
         services.insert(PatchSinkHandle(Arc::new(sink.clone())));
         let config = SupervisorConfig {
             shutdown_timeout: self.shutdown_timeout.saturating_sub(Duration::from_secs(1)),
-            finalizer: self.finalizer.clone().into(),
+            finalizer: shared.identity.finalizer.clone().into(),
             ..SupervisorConfig::default()
         };
         let (supervisor, mut effects) = Supervisor::new(handlers, services, config);
-        let finalizer = self.finalizer.as_str().into();
+        let finalizer = shared.identity.finalizer.as_str().into();
         let state = Arc::new(KindState::new(
             info,
             supervisor,

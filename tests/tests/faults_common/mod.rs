@@ -27,7 +27,7 @@ pub const GRACE: Duration = Duration::from_secs(60);
 /// Invariant 3: the slack on top of a timer's interval.
 pub const TIMER_SLACK: Duration = Duration::from_secs(35);
 /// The operator's finalizer.
-pub const FINALIZER: &str = "kopf.dev/finalizer";
+pub const FINALIZER: &str = "kopf.dev/kopf-tests";
 
 #[derive(Debug, Default)]
 struct LogState {
@@ -181,6 +181,7 @@ pub fn operator_via(
 ) -> anyhow::Result<OperatorBuilder> {
     let registry = Registry::from_inventory()?.select(ids)?;
     Ok(Operator::builder()
+        .name("kopf-tests")
         .kube_config(proxy.config())
         .namespaces([ns.name()])
         .registry(&registry)

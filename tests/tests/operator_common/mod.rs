@@ -16,7 +16,7 @@ use kube::{Client, CustomResourceExt as _};
 /// Deadline for things that should happen promptly (the machine is slow and noisy).
 pub const PROMPTLY: Duration = Duration::from_secs(30);
 /// The operator's finalizer in these tests.
-pub const FINALIZER: &str = "kopf.dev/finalizer";
+pub const FINALIZER: &str = "kopf.dev/kopf-tests";
 
 /// What the test handlers did, in order: `(object name, event, when)`.
 #[derive(Debug, Clone, Default)]
@@ -111,6 +111,7 @@ pub async fn operator(ns: &TestNamespace, ids: &[&str]) -> anyhow::Result<Operat
     init_test_logging();
     let registry = Registry::from_inventory()?.select(ids)?;
     Ok(Operator::builder()
+        .name("kopf-tests")
         .kube_config(test_config().await?)
         .namespaces([ns.name()])
         .registry(&registry)
