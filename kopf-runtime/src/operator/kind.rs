@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBuilder};
 use futures::StreamExt;
-use kube::api::{Api, DynamicObject};
+use kube::api::Api;
 use kube::core::GroupVersionKind;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
@@ -19,6 +19,7 @@ use super::api::{Failure, classify, describe};
 use super::health::{KindHealth, WatchPhase};
 use super::objects::KindState;
 use super::schema;
+use super::watched::Watched;
 
 /// What to watch of a kind: the namespaces (empty: all) and a label selector.
 #[derive(Debug, Clone, Default)]
@@ -48,25 +49,25 @@ pub(crate) async fn serve(
     if let Some(selector) = &scope.label_selector {
         config = config.labels(selector);
     }
-    let apis: Vec<(String, Api<DynamicObject>)> =
-        if state.info.namespaced && !scope.namespaces.is_empty() {
-            let client = &state.writer.client;
-            scope
-                .namespaces
-                .iter()
-                .map(|ns| {
-                    (
-                        ns.clone(),
-                        Api::namespaced_with(client.clone(), ns, &*state.writer.resource),
-                    )
-                })
-                .collect()
-        } else {
-            vec![(
-                String::new(),
-                Api::all_with(state.writer.client.clone(), &*state.writer.resource),
-            )]
-        };
+    let apis: Vec<(String, Api<Watched>)> = if state.info.namespaced && !scope.namespaces.is_empty()
+    {
+        let client = &state.writer.client;
+        scope
+            .namespaces
+            .iter()
+            .map(|ns| {
+                (
+                    ns.clone(),
+                    Api::namespaced_with(client.clone(), ns, &*state.writer.resource),
+                )
+            })
+            .collect()
+    } else {
+        vec![(
+            String::new(),
+            Api::all_with(state.writer.client.clone(), &*state.writer.resource),
+        )]
+    };
     let streams = apis.into_iter().map(|(ns, api)| {
         let stream = Stream {
             state: state.clone(),
@@ -141,7 +142,7 @@ struct Stream {
 impl Stream {
     /// Watches until stopped; relists are diffed by UID so that objects that vanished while the
     /// watch was down are forgotten.
-    async fn watch(self, api: Api<DynamicObject>, config: watcher::Config) {
+    async fn watch(self, api: Api<Watched>, config: watcher::Config) {
         let Self {
             state,
             health,
@@ -171,13 +172,14 @@ impl Stream {
                     return;
                 }
             };
-            if last_error.take().is_some() {
+            // Recovered only once the watch delivers again (`Init` only starts a relist).
+            if !matches!(event, Event::Init) && last_error.take().is_some() {
                 info!(resource = %state.info, namespace = %ns, "the watch has recovered");
             }
             match event {
                 Event::Init => relist = Some(HashSet::new()),
                 Event::InitApply(obj) => {
-                    if let Some(uid) = apply(&state, &obj) {
+                    if let Some(uid) = apply(&state, obj) {
                         relist.get_or_insert_with(HashSet::new).insert(uid);
                     }
                 }
@@ -194,16 +196,15 @@ impl Stream {
                     }
                 }
                 Event::Apply(obj) => {
-                    if let Some(uid) = apply(&state, &obj) {
+                    if let Some(uid) = apply(&state, obj) {
                         known.insert(uid);
                     }
                 }
                 Event::Delete(obj) => {
-                    if let Some(uid) = obj.metadata.uid.as_deref() {
+                    if let Some(uid) = obj.meta().uid.as_deref() {
                         let uid: Arc<str> = uid.into();
                         known.remove(&uid);
-                        let body = serde_json::to_value(&obj).ok();
-                        state.forget(&uid, body.as_ref());
+                        state.forget(&uid, Some(&obj.metadata_body()));
                     }
                 }
             }
@@ -211,13 +212,10 @@ impl Stream {
     }
 }
 
-fn apply(state: &Arc<KindState>, obj: &DynamicObject) -> Option<Arc<str>> {
-    match serde_json::to_value(obj) {
+fn apply(state: &Arc<KindState>, obj: Watched) -> Option<Arc<str>> {
+    match obj.body {
         Ok(body) => state.observe(body),
-        Err(err) => {
-            error!(resource = %state.info, object = ?obj.metadata.name, error = %err, "cannot read an object");
-            None
-        }
+        Err(ref reason) => state.unusable(&obj, reason),
     }
 }
 

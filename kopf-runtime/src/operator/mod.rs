@@ -23,6 +23,7 @@ mod run;
 mod schema;
 mod signals;
 mod transport;
+mod watched;
 
 pub use builder::OperatorBuilder;
 pub use error::OperatorError;

@@ -21,6 +21,7 @@ use super::jobs::{self, Job};
 use super::patch::KubePatchSink;
 use super::records::Records;
 use super::resync::Resync;
+use super::watched::Watched;
 use crate::core::effects::Effect;
 use crate::core::object::{ObjectRef, ObjectState};
 use crate::core::resource::ResourceInfo;
@@ -120,6 +121,39 @@ impl KindState {
         self.warn_if_foreign(&object, &view);
         self.records.seen(object, view);
         self.supervisor.observe(state);
+        self.enqueue(uid.clone(), Job::Sync);
+        Some(uid)
+    }
+
+    /// A version of an object that cannot be used: its body does not decode (e.g. JSON nested
+    /// deeper than the decoder's limit). Reported (log and a Warning Event naming the object,
+    /// never its body); its handlers keep the last usable version; a deleting version stops them
+    /// and releases the finalizer (deleting versions never reach a handler's filters). Every
+    /// other object is served as usual. Returns its UID.
+    pub(crate) fn unusable(self: &Arc<Self>, obj: &Watched, reason: &str) -> Option<Arc<str>> {
+        let body = obj.metadata_body();
+        let view = FinalizerView::from_body(&body);
+        let state = match ObjectState::from_json(body) {
+            Ok(state) => state,
+            Err(err) => {
+                error!(resource = %self.info, error = %err, reason, "skipping an object that cannot be used");
+                return None;
+            }
+        };
+        let object = state.reference().clone();
+        let uid = object.uid.clone();
+        warn!(resource = %self.info, object = %object, uid = %uid, error = reason,
+            "cannot read this version of the object; its handlers keep the last readable one");
+        let note = WarningNote {
+            what: "the operator cannot read this version of the object".to_owned(),
+            summary: reason.to_owned(),
+            message: reason.to_owned(),
+        };
+        self.warn_event(&object, "ObjectUnreadable", "Read", note);
+        self.records.seen(object, view);
+        if state.is_deleting() {
+            self.supervisor.observe(state);
+        }
         self.enqueue(uid.clone(), Job::Sync);
         Some(uid)
     }
