@@ -59,6 +59,8 @@ pub struct ObjectState {
     deleting: bool,
     body: Arc<Value>,
     decoded: Mutex<Vec<(TypeId, Decoded)>>,
+    /// Whether the body was reduced to the identity (see [`ObjectState::identity_only`]).
+    identity_only: bool,
 }
 
 impl fmt::Debug for ObjectState {
@@ -100,6 +102,7 @@ impl ObjectState {
             deleting,
             body: Arc::new(body),
             decoded: Mutex::new(Vec::new()),
+            identity_only: false,
         })
     }
 
@@ -132,6 +135,30 @@ impl ObjectState {
     #[must_use]
     pub fn resource_version(&self) -> Option<&str> {
         meta_str(&self.body, "resourceVersion")
+    }
+
+    /// This version reduced to its identity: a body with only `metadata.name`, `namespace`,
+    /// `uid` and `resourceVersion`. What the supervisor keeps of an object that no handler
+    /// matches and none runs for: the next version brings the whole body again.
+    pub(crate) fn identity_only(&self) -> Self {
+        let mut meta = serde_json::Map::new();
+        for key in ["name", "namespace", "uid", "resourceVersion"] {
+            if let Some(value) = self.body.get("metadata").and_then(|m| m.get(key)) {
+                meta.insert(key.to_owned(), value.clone());
+            }
+        }
+        Self {
+            reference: self.reference.clone(),
+            deleting: self.deleting,
+            body: Arc::new(serde_json::json!({ "metadata": meta })),
+            decoded: Mutex::new(Vec::new()),
+            identity_only: true,
+        }
+    }
+
+    /// Whether this is an [`ObjectState::identity_only`] view.
+    pub(crate) fn is_identity_only(&self) -> bool {
+        self.identity_only
     }
 
     /// The resource version as a number, where it is one. Kubernetes calls resource versions

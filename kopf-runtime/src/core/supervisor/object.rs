@@ -171,6 +171,8 @@ impl Inner {
         }
         if entry.gone && !entry.is_busy() {
             state.objects.remove(uid);
+        } else {
+            entry.shed_body();
         }
     }
 

@@ -178,6 +178,25 @@ impl ObjectEntry {
         }
     }
 
+    /// Keeps only the object's identity when no handler matches it and no instance runs for
+    /// it (a stopping one still reads its live view; a respawn needs a match, which comes with
+    /// a new version): watched-but-unmatched objects cost little memory. Running handlers are
+    /// not woken (an abandoned thread may still read it).
+    pub(crate) fn shed_body(&self) {
+        let needed = self
+            .slots
+            .iter()
+            .any(|s| s.matched || matches!(s.run, Run::Active(_)));
+        if needed || self.live.borrow().is_identity_only() {
+            return;
+        }
+        let identity = Arc::new(self.live.borrow().identity_only());
+        self.live.send_if_modified(|live| {
+            *live = identity;
+            false
+        });
+    }
+
     /// Whether the entry must be kept: an instance still runs, or an abandoned thread has not
     /// returned (a later version of the object must not start a second instance beside it).
     pub(crate) fn is_busy(&self) -> bool {

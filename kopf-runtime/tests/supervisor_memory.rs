@@ -1,0 +1,68 @@
+//! What the supervisor keeps of an object, measured with a counting allocator (dhat's): a watched object
+//! that no handler matches keeps only its identity, not its body; a matched one keeps its body
+//! for its handlers. One test only, so that nothing else allocates meanwhile.
+
+mod common;
+
+use common::*;
+use serde_json::json;
+
+#[global_allocator]
+static ALLOCATOR: dhat::Alloc = dhat::Alloc;
+
+/// The bytes allocated and not yet freed.
+fn live_bytes() -> isize {
+    isize::try_from(dhat::HeapStats::get().curr_bytes).unwrap_or(isize::MAX)
+}
+
+const OBJECTS: usize = 2000;
+/// The size of each object's spec.
+const SPEC_BYTES: usize = 8 * 1024;
+
+/// Observes `OBJECTS` objects (labelled `run=<run>`) and returns the bytes kept per object.
+async fn kept_per_object(h: &Harness, prefix: &str, run: &str) -> isize {
+    h.spin().await;
+    let before = live_bytes();
+    let spec = json!({ "payload": "x".repeat(SPEC_BYTES) });
+    let objects: Vec<_> = (0..OBJECTS)
+        .map(|i| {
+            Obj::new(&format!("{prefix}{i}"))
+                .label("run", run)
+                .spec(spec.clone())
+                .build()
+        })
+        .collect();
+    drop(spec);
+    for object in objects {
+        h.sup.observe(object);
+    }
+    h.spin().await;
+    (live_bytes() - before) / OBJECTS as isize
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unmatched_object_keeps_only_its_identity() {
+    let _profiler = dhat::Profiler::builder().testing().build();
+    let waiting = daemon("d").when_run_label().run(|ctx| async move {
+        ctx.until_stopped().await;
+        ok()
+    });
+    let h = Harness::new(vec![waiting]);
+    let unmatched = kept_per_object(&h, "u", "no").await;
+    let matched = kept_per_object(&h, "m", "yes").await;
+    eprintln!(
+        "bytes kept per object: unmatched {unmatched}, matched {matched} (with a running daemon)"
+    );
+    // The body (a spec of 8 KiB) is not kept for an unmatched object; the identity, the entry
+    // and the effect the harness records are.
+    assert!(
+        unmatched < 4096,
+        "an unmatched object keeps {unmatched} bytes"
+    );
+    // Positive control: a matched object keeps its body (and a daemon's task).
+    assert!(
+        matched > SPEC_BYTES as isize,
+        "a matched object keeps {matched} bytes"
+    );
+    assert_eq!(h.stats().objects, 2 * OBJECTS);
+}
