@@ -390,3 +390,47 @@ async fn a_persistent_rejection_of_the_finalizer_removal_backs_off_and_is_resync
     ns.cleanup().await?;
     Ok(())
 }
+
+#[tokio::test]
+async fn a_persistent_503_is_retried_by_one_layer_and_every_attempt_is_counted()
+-> anyhow::Result<()> {
+    let (ns, api) = example_namespace().await?;
+    let journal = Journal::default();
+    let (proxy, op) = proxied(&ns, &["faults-daemon"], &journal).await?;
+    proxy.handle().inject(Rule::new(
+        Match::method(Method::PATCH).path("/kopfexamples/sick?"),
+        Fault::unavailable(),
+    ));
+    create(&api, "sick", "a").await?;
+    let since = std::time::Instant::now();
+    create(&api, "healthy", "a").await?;
+    wait_finalizer(&api, "healthy", true).await; // positive control: others are served
+    journal.wait_for("sick", "started", 1).await;
+    let attempts = || requests(&proxy, &Method::PATCH, "/kopfexamples/sick?").len();
+    wait_until(
+        "the first attempts at the sick object",
+        PROMPTLY,
+        || async { attempts() >= 3 },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(8).saturating_sub(since.elapsed())).await;
+    // The job's own retries: 8 attempts over 20-45 s (backoff from 0.2 s, with jitter). With
+    // kube's retry underneath, each of them was retried again (~4 HTTP attempts each).
+    let seen = attempts();
+    assert!(
+        (3..=8).contains(&seen),
+        "{seen} attempts at the proxy in 8 s"
+    );
+    // Every HTTP attempt went through the operator's counting layer.
+    let counted = op.stats().requests.map_or(0, |r| r.total);
+    let received = proxy.handle().counters().requests;
+    assert!(
+        received <= counted,
+        "the proxy saw {received} requests, the operator counted {counted}"
+    );
+    assert!(finalizers(&api, "sick").await.is_empty());
+
+    op.shutdown().await;
+    ns.cleanup().await?;
+    Ok(())
+}

@@ -12,3 +12,4 @@ pub(crate) mod sink;
 pub(crate) mod spec;
 pub(crate) mod stop;
 pub(crate) mod supervisor;
+pub(crate) mod sync;

@@ -1,8 +1,9 @@
 //! A Kubernetes-free snapshot of one object as the supervisor sees it.
 
+use crate::core::sync::lock;
 use std::any::{Any, TypeId};
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -220,7 +221,7 @@ impl ObjectState {
     where
         K: DeserializeOwned + Send + Sync + 'static,
     {
-        let mut cache = self.decoded.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut cache = lock(&self.decoded);
         let tid = TypeId::of::<K>();
         let entry = if let Some((_, d)) = cache.iter().find(|(t, _)| *t == tid) {
             d.clone()

@@ -1,5 +1,6 @@
 //! The stop flag given to every daemon and timer: why and since when it was asked to stop.
 
+use crate::core::sync::lock;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
@@ -126,10 +127,7 @@ impl Stopper {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         // The state is two plain values; a panic while holding the lock cannot corrupt them.
-        self.inner
-            .state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        lock(&self.inner.state)
     }
 
     /// Sets the flag, or adds `reason` to an already set flag (the first time is kept).

@@ -1,7 +1,8 @@
 //! `Live<K>`: the latest version of a handler's object.
 
+use crate::core::sync::lock;
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
@@ -71,7 +72,7 @@ impl<K: DeserializeOwned + Send + Sync + 'static> Live<K> {
     #[must_use]
     pub fn get(&self) -> Arc<K> {
         let state = self.rx.borrow().clone();
-        let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut last = lock(&self.last);
         if let Ok(decoded) = state.decode::<K>() {
             *last = decoded;
         }
@@ -96,7 +97,7 @@ impl<K: DeserializeOwned + Send + Sync + 'static> Live<K> {
             let state = self.rx.borrow_and_update().clone();
             match state.decode::<K>() {
                 Ok(decoded) => {
-                    *self.last.lock().unwrap_or_else(PoisonError::into_inner) = decoded.clone();
+                    *lock(&self.last) = decoded.clone();
                     return Some(decoded);
                 }
                 Err(error) => tracing::warn!(

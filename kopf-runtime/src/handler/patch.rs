@@ -1,7 +1,8 @@
 //! `Patch`: the JSON merge-patch builder a handler gets to change its object.
 
+use crate::core::sync::lock;
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::{Map, Value};
 
@@ -101,7 +102,7 @@ impl Patch {
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
         // Plain data: a panic while holding the lock cannot leave it inconsistent.
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.inner)
     }
 
     /// Merges a JSON merge patch into the pending one (objects merge key by key, any other

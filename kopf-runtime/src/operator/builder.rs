@@ -103,7 +103,8 @@ impl OperatorBuilder {
     /// The default limit on writes (patches, finalizer changes, events) in flight.
     pub const DEFAULT_WRITES_IN_FLIGHT: usize = 32;
 
-    /// Uses this client as it is. Without it, the operator builds its own client from
+    /// Uses this client as it is (its retries, its URL and its TLS settings are not checked).
+    /// Without it, the operator builds its own client from
     /// [`kube_config`](Self::kube_config) or from the environment (kubeconfig, or the in-cluster
     /// service account). Only a client the operator builds itself is subject to
     /// [`max_requests_per_second`](Self::max_requests_per_second) and counted in
@@ -122,7 +123,9 @@ impl OperatorBuilder {
     }
 
     /// Builds the operator's client from this configuration (counting its requests, and with the
-    /// request-rate limit if one is set).
+    /// request-rate limit if one is set). kube's own retry of 429/503/504 (`default_retry`) is
+    /// turned off: the operator retries every write itself, with its attempt counts and
+    /// backoff, and each HTTP attempt is counted and limited once.
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {

@@ -1,10 +1,11 @@
 //! Client-side request limits: a tower layer under the operator's kube client that counts every
 //! request for the statistics and, when a limit is set, holds the requests to a token bucket.
 
+use crate::core::sync::lock;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -44,7 +45,7 @@ struct TokenBucket {
 
 impl TokenBucket {
     fn try_take(&self, now: Instant) -> Result<(), Duration> {
-        let mut b = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut b = lock(&self.state);
         let elapsed = now.saturating_duration_since(b.last).as_secs_f64();
         b.tokens = (b.tokens + elapsed * self.rate).min(self.burst);
         b.last = now;

@@ -2,10 +2,11 @@
 //! one serial work queue per object (events of one object in order, objects concurrently), and
 //! what is done for each supervisor effect.
 
+use crate::core::sync::lock;
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use serde_json::{Map, Value};
 use tokio::sync::Semaphore;
@@ -55,10 +56,6 @@ impl std::fmt::Debug for KindState {
             .field("resource", &self.info.to_string())
             .finish_non_exhaustive()
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl KindState {

@@ -2,9 +2,10 @@
 //! state and resource version. Shared by the watch, the finalizer work and the patch sink (which
 //! guards status writes with the last seen resource version of the object's UID).
 
+use crate::core::sync::lock;
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::finalizer::FinalizerView;
 use crate::core::object::ObjectRef;
@@ -24,7 +25,7 @@ pub(crate) struct Records(Mutex<HashMap<Arc<str>, Record>>);
 
 impl Records {
     fn lock(&self) -> MutexGuard<'_, HashMap<Arc<str>, Record>> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.0)
     }
 
     /// The number of records.

@@ -9,8 +9,9 @@
 //!                                                     \-> settled: forgotten     (cap 60 s)
 //! ```
 
+use crate::core::sync::lock;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -37,7 +38,7 @@ impl Resync {
     pub(crate) const TICK: Duration = Duration::from_secs(1);
 
     fn lock(&self) -> MutexGuard<'_, HashMap<Arc<str>, Deferred>> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.0)
     }
 
     /// The sync of `uid` gave up: try again after the next delay. Returns the delay.

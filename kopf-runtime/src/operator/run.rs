@@ -491,10 +491,13 @@ impl OperatorBuilder {
         if let Some(client) = self.client.take() {
             return Ok((client, None));
         }
-        let config = match self.kube_config.take() {
+        let mut config = match self.kube_config.take() {
             Some(config) => config,
             None => kube::Config::infer().await.map_err(OperatorError::Config)?,
         };
+        // One retry layer: the operator's own (with its attempt counts and backoff). kube's
+        // would retry 429/503/504 underneath it, unseen by the request counters and the limit.
+        config.default_retry = false;
         transport::refuse_insecure_tls(&config)?;
         transport::refuse_plain_http(&config)?;
         let limiter = Arc::new(RateLimiter::per_second(self.requests_per_second));

@@ -1,8 +1,9 @@
 //! The supervisor's shared state: objects, their handler slots, and instance bookkeeping.
 
+use crate::core::sync::lock;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
@@ -42,7 +43,7 @@ pub(crate) struct Inner {
 impl Inner {
     /// The state, also after a panic elsewhere (every update keeps it consistent).
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.state)
     }
 
     /// Sends an effect about `uid` unless the object is gone (then nothing can be done with it).
@@ -270,7 +271,7 @@ pub(crate) struct InstanceShared {
 
 impl InstanceShared {
     fn current(&self) -> MutexGuard<'_, Option<Stopper>> {
-        self.current.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.current)
     }
 
     /// Stops the instance (and its invocation in flight) with `reason`.
@@ -306,18 +307,12 @@ impl InstanceShared {
 
     /// An invocation was abandoned while its thread runs on; `ended` is cancelled when it returns.
     pub(crate) fn leave_thread(&self, ended: CancellationToken) {
-        *self
-            .lingering
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(ended);
+        *lock(&self.lingering) = Some(ended);
     }
 
     /// The end of an abandoned thread that has not returned yet, if any.
     pub(crate) fn lingering_thread(&self) -> Option<CancellationToken> {
-        let mut lingering = self
-            .lingering
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut lingering = lock(&self.lingering);
         if lingering
             .as_ref()
             .is_some_and(CancellationToken::is_cancelled)
@@ -344,13 +339,13 @@ impl IdleClock {
 
     /// The essence changed at `now`.
     pub(crate) fn reset(&self, now: Instant) {
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut state = lock(&self.state);
         *state = (now, state.1 + 1);
     }
 
     /// The last change (or the first sighting), and the number of changes so far.
     pub(crate) fn get(&self) -> (Instant, u64) {
-        *self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        *lock(&self.state)
     }
 }
 

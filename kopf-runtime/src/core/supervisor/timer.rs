@@ -7,6 +7,7 @@
 //! A one-shot timer (`once`, or neither `interval` nor `idle`) ends after its first cycle; a
 //! permanent error ends the timer for this object.
 
+use crate::core::sync::lock;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -76,11 +77,7 @@ pub(crate) async fn run(runner: &mut Runner) -> Exit {
 }
 
 fn lock_rng(runner: &Runner) -> std::sync::MutexGuard<'_, fastrand::Rng> {
-    runner
-        .inner
-        .rng
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+    lock(&runner.inner.rng)
 }
 
 /// Waits for the next cycle after the previous one: the interval, or (idle-only) a change of
