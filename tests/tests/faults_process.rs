@@ -459,6 +459,67 @@ fn kubeconfig_with_token(path: &Path, token: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Writes a copy of the test kubeconfig whose server is `url`.
+fn kubeconfig_with_server(path: &Path, url: &str) -> anyhow::Result<()> {
+    let good = std::env::var_os("KUBECONFIG").ok_or_else(|| anyhow::anyhow!("KUBECONFIG unset"))?;
+    let mut config: serde_yaml::Value = serde_yaml::from_str(&std::fs::read_to_string(good)?)?;
+    for cluster in config["clusters"].as_sequence_mut().into_iter().flatten() {
+        cluster["cluster"]["server"] = serde_yaml::Value::from(url);
+    }
+    std::fs::write(path, serde_yaml::to_string(&config)?)?;
+    Ok(())
+}
+
+/// An API server that does not answer (a closed port): the operator says so in a few lines of
+/// its own — not an error per connection attempt from kube's client (~60 in 10 s before) — and,
+/// writing to a file, without terminal colours.
+async fn an_unreachable_api_server_is_reported_in_a_few_plain_lines() -> anyhow::Result<()> {
+    let files = paths("unreachable")?;
+    let kubeconfig = files.log.with_file_name("unreachable-kubeconfig");
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    kubeconfig_with_server(&kubeconfig, &format!("https://{closed}"))?;
+    let mut child =
+        spawn_child_with("default", &files.log, &files.output, Some(&kubeconfig)).await?;
+    let read = || std::fs::read_to_string(&files.output).unwrap_or_default();
+    // Positive control: the operator reports the outage…
+    kopf_tests::wait_until(
+        "the operator to report the unreachable server",
+        PROMPTLY,
+        || async { read().contains("cannot discover") },
+    )
+    .await;
+    // …and over the next 10 s of retries says nothing more about it.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let _ = child.sigterm().await;
+    let code = child
+        .exit_code(SHUTDOWN_TIMEOUT + Duration::from_secs(5))
+        .await?;
+    let output = read();
+    assert!(code.is_some(), "ended by a signal: {output}");
+    let noisy: Vec<&str> = output
+        .lines()
+        .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
+        .collect();
+    assert!(
+        noisy.len() <= 3,
+        "{} warnings and errors in 10 s:\n{output}",
+        noisy.len()
+    );
+    assert!(
+        !output.contains("kube_client"),
+        "kube's client logs:\n{output}"
+    );
+    assert!(
+        !output.contains('\u{1b}'),
+        "terminal colours in a file:\n{output}"
+    );
+    println!(
+        "unreachable server: {}",
+        noisy.first().copied().unwrap_or_default()
+    );
+    Ok(())
+}
+
 /// Runs the operator child with `kubeconfig` until its output has a line with all of
 /// `needles`, then SIGTERMs it; returns that line.
 async fn reported_line(
@@ -569,7 +630,7 @@ fn main() -> ExitCode {
         .filter(|a| !a.starts_with('-'))
         .collect();
     type Test = fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<()>>>>;
-    let tests: [(&str, Test); 5] = [
+    let tests: [(&str, Test); 6] = [
         ("sigkill_mid_run_and_restart", || {
             Box::pin(sigkill_mid_run_and_restart())
         }),
@@ -586,6 +647,10 @@ fn main() -> ExitCode {
         ("a_role_without_the_verbs_is_reported_as_forbidden", || {
             Box::pin(a_role_without_the_verbs_is_reported_as_forbidden())
         }),
+        (
+            "an_unreachable_api_server_is_reported_in_a_few_plain_lines",
+            || Box::pin(an_unreachable_api_server_is_reported_in_a_few_plain_lines()),
+        ),
     ];
     let (mut passed, mut failed) = (0, 0);
     for (name, test) in tests {

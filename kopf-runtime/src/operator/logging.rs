@@ -33,8 +33,21 @@ pub enum LoggingError {
     AlreadyInstalled,
 }
 
+/// The filter without `RUST_LOG`: the operator's own lines at `info`, none of kube's client and
+/// watcher (which, during an API-server outage, log an error per failed connection: the
+/// operator reports the outage once, and its recovery once).
+pub(crate) const DEFAULT_FILTER: &str = "info,kube_client=off,kube_runtime=off";
+
+/// Whether human log lines get ANSI colours: only on a terminal, and not with `NO_COLOR` set
+/// to anything but the empty string (<https://no-color.org>).
+fn colours(terminal: bool, no_color: Option<std::ffi::OsString>) -> bool {
+    terminal && no_color.is_none_or(|v| v.is_empty())
+}
+
 /// Installs a global `tracing` subscriber that writes to stderr, filtered by `RUST_LOG`
-/// (default `info`).
+/// (default: the operator's own lines at `info`; kube's client and watcher are silent unless
+/// `RUST_LOG` names them, e.g. `RUST_LOG=info,kube=debug`). Human lines are coloured only on a
+/// terminal, and never with `NO_COLOR` set.
 ///
 /// # Errors
 /// [`LoggingError`] if `RUST_LOG` is invalid or a subscriber is already installed.
@@ -47,9 +60,16 @@ pub enum LoggingError {
 pub fn init_logging(format: LogFormat) -> Result<(), LoggingError> {
     let filter = match std::env::var(EnvFilter::DEFAULT_ENV) {
         Ok(_) => EnvFilter::try_from_default_env().map_err(LoggingError::Filter)?,
-        Err(_) => EnvFilter::new("info"),
+        Err(_) => EnvFilter::new(DEFAULT_FILTER),
     };
-    let builder = fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let ansi = colours(
+        std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        std::env::var_os("NO_COLOR"),
+    );
+    let builder = fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi);
     let installed = match format {
         LogFormat::Human => builder.try_init(),
         LogFormat::Json => builder
@@ -59,4 +79,25 @@ pub fn init_logging(format: LogFormat) -> Result<(), LoggingError> {
             .try_init(),
     };
     installed.map_err(|_| LoggingError::AlreadyInstalled)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn colours_only_on_a_terminal_and_never_with_no_color() {
+        assert!(colours(true, None));
+        assert!(colours(true, Some("".into())), "an empty NO_COLOR does not count");
+        assert!(!colours(true, Some("1".into())));
+        assert!(!colours(false, None), "a file or a pipe");
+    }
+
+    #[test]
+    fn the_default_filter_silences_kube_but_not_the_operator() {
+        let filter: EnvFilter = DEFAULT_FILTER.parse().unwrap();
+        let text = filter.to_string();
+        assert!(text.contains("kube_client=off") && text.contains("kube_runtime=off"), "{text}");
+        assert_eq!(filter.max_level_hint(), Some(tracing::level_filters::LevelFilter::INFO));
+    }
 }
