@@ -150,6 +150,39 @@ async fn an_object_gone_from_the_selector_is_served_again_at_a_later_version() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_daemon_awaits_its_finalizer_when_configured_and_timers_do_not() {
+    let config = SupervisorConfig {
+        daemons_await_finalizer: true,
+        ..common::config()
+    };
+    let fin = config.finalizer.to_string();
+    let ticker = timer("t").with(|s| s.schedule.interval = Some(secs(10)));
+    let unheld = waiting("free").with(|s| s.finalizer = false);
+    let h = Harness::with_config(vec![waiting("d"), ticker, unheld], config);
+    h.observe(&Obj::new("u1"));
+    h.at(500).await;
+    assert_eq!(h.finalizer("u1"), vec![(0, true)], "asked for at once");
+    assert_eq!(
+        h.log.call_times("d"),
+        Vec::<u64>::new(),
+        "not before the finalizer is on"
+    );
+    assert_eq!(
+        (h.log.call_times("t"), h.log.call_times("free")),
+        (vec![0], vec![0])
+    );
+    h.observe(&Obj::new("u1").version(2).finalizer(&fin));
+    h.at(1000).await;
+    assert_eq!(h.log.call_times("d"), vec![500]);
+    // Deleted before its finalizer was ever placed: the daemon never starts.
+    h.observe(&Obj::new("u2"));
+    h.observe(&Obj::new("u2").version(2).deleting());
+    h.gone("u2");
+    h.at(2000).await;
+    assert_eq!(h.log.call_times("d"), vec![500], "never for u2");
+}
+
+#[tokio::test(start_paused = true)]
 async fn rapid_delete_and_recreate_under_one_name_never_doubles_an_instance() {
     let d = stubborn("d", 5);
     let h = Harness::new(vec![d]);

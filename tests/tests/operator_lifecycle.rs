@@ -228,6 +228,66 @@ async fn other_controllers_finalizers_are_never_dropped() -> anyhow::Result<()> 
 
 const OTHER: &str = "example.com/other-controller";
 
+/// Records whether the version it started with already carried the operator's finalizer.
+#[daemon(id = "lifecycle-finalized")]
+async fn lifecycle_finalized(obj: Arc<KopfExample>, stopper: Stopper, journal: Data<Journal>) {
+    let name = obj.metadata.name.clone().unwrap_or_default();
+    let held = obj
+        .metadata
+        .finalizers
+        .iter()
+        .flatten()
+        .any(|f| f == FINALIZER);
+    journal.record(
+        &name,
+        if held {
+            "started, held"
+        } else {
+            "started, unheld"
+        },
+    );
+    stopper.stopped().await;
+}
+
+#[tokio::test]
+async fn a_daemon_starts_only_once_the_finalizer_is_on_its_object() -> anyhow::Result<()> {
+    let (ns, api) = example_namespace().await?;
+    let journal = Journal::default();
+    let op = operator(&ns, &["lifecycle-finalized"])
+        .await?
+        .data(journal.clone())
+        .start()
+        .await?;
+    let mut latencies = Vec::new();
+    for i in 0..5 {
+        let name = format!("held-{i}");
+        let created = std::time::Instant::now();
+        create(&api, &name, "a").await?;
+        journal.wait_for(&name, "started, held", 1).await;
+        latencies.push(journal.instants(&name, "started, held")[0] - created);
+        assert_eq!(journal.count(&name, "started, unheld"), 0);
+    }
+    latencies.sort();
+    println!(
+        "create to daemon start (finalizer placed first): median {:?}",
+        latencies[2]
+    );
+    // Deleted right after creation: the daemon never outlives its object.
+    create(&api, "fleeting", "a").await?;
+    delete(&api, "fleeting").await?;
+    wait_gone(&api, "fleeting").await;
+    kopf_tests::wait_until(
+        "nothing running for the deleted object",
+        PROMPTLY,
+        || async { op.stats().kinds[0].supervisor.daemons_running == 5 },
+    )
+    .await;
+
+    op.shutdown().await;
+    ns.cleanup().await?;
+    Ok(())
+}
+
 /// Takes 2 s to exit once asked to stop.
 #[daemon(id = "lifecycle-slow-exit", cancellation_backoff = "10s")]
 async fn lifecycle_slow_exit(obj: Arc<KopfExample>, stopper: Stopper, journal: Data<Journal>) {

@@ -157,6 +157,15 @@ impl ObjectState {
         }
     }
 
+    /// Whether `metadata.finalizers` lists `name`.
+    pub(crate) fn has_finalizer(&self, name: &str) -> bool {
+        self.body
+            .get("metadata")
+            .and_then(|m| m.get("finalizers"))
+            .and_then(Value::as_array)
+            .is_some_and(|fs| fs.iter().any(|f| f.as_str() == Some(name)))
+    }
+
     /// Whether this is an [`ObjectState::identity_only`] view.
     pub(crate) fn is_identity_only(&self) -> bool {
         self.identity_only

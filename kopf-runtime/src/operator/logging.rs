@@ -88,7 +88,10 @@ mod tests {
     #[test]
     fn colours_only_on_a_terminal_and_never_with_no_color() {
         assert!(colours(true, None));
-        assert!(colours(true, Some("".into())), "an empty NO_COLOR does not count");
+        assert!(
+            colours(true, Some("".into())),
+            "an empty NO_COLOR does not count"
+        );
         assert!(!colours(true, Some("1".into())));
         assert!(!colours(false, None), "a file or a pipe");
     }
@@ -97,7 +100,13 @@ mod tests {
     fn the_default_filter_silences_kube_but_not_the_operator() {
         let filter: EnvFilter = DEFAULT_FILTER.parse().unwrap();
         let text = filter.to_string();
-        assert!(text.contains("kube_client=off") && text.contains("kube_runtime=off"), "{text}");
-        assert_eq!(filter.max_level_hint(), Some(tracing::level_filters::LevelFilter::INFO));
+        assert!(
+            text.contains("kube_client=off") && text.contains("kube_runtime=off"),
+            "{text}"
+        );
+        assert_eq!(
+            filter.max_level_hint(),
+            Some(tracing::level_filters::LevelFilter::INFO)
+        );
     }
 }

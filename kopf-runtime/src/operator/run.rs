@@ -374,6 +374,7 @@ impl OperatorBuilder {
         let config = SupervisorConfig {
             shutdown_timeout: self.shutdown_timeout.saturating_sub(Duration::from_secs(1)),
             finalizer: shared.identity.finalizer.clone().into(),
+            daemons_await_finalizer: true,
             ..SupervisorConfig::default()
         };
         let (supervisor, mut effects) = Supervisor::new(handlers, services, config);

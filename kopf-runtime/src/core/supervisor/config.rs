@@ -33,6 +33,11 @@ pub struct SupervisorConfig {
     /// The framework's annotation prefix; such annotations are not part of the essence that
     /// `idle` timers watch (empty: every annotation is).
     pub annotation_prefix: Cow<'static, str>,
+    /// Whether a daemon that holds the finalizer starts only once an observed version of its
+    /// object carries [`finalizer`](Self::finalizer) (default `false`; the operator sets it):
+    /// so a daemon never runs for an object that could be deleted without waiting for it.
+    /// Timers and `finalizer = false` daemons start at once either way.
+    pub daemons_await_finalizer: bool,
 }
 
 impl SupervisorConfig {
@@ -48,6 +53,7 @@ impl Default for SupervisorConfig {
             seed: None,
             finalizer: Cow::Borrowed("kopf.dev/finalizer"),
             annotation_prefix: Cow::Borrowed("kopf.dev/"),
+            daemons_await_finalizer: false,
         }
     }
 }

@@ -65,6 +65,7 @@ impl Inner {
             entry.idle.reset(Instant::now());
         }
         entry.essence = essence;
+        entry.finalizer_on = object.has_finalizer(&self.config.finalizer);
         entry.deleting |= object.is_deleting();
         if entry.deleting {
             entry.slots.iter_mut().for_each(|s| s.matched = false);
@@ -133,6 +134,7 @@ impl Inner {
         for index in 0..entry.slots.len() {
             let slot = &mut entry.slots[index];
             let wanted = slot.matched && may_spawn && !ending;
+            let unheld = self.awaits_finalizer(index) && !entry.finalizer_on;
             let spawn = match &mut slot.run {
                 Run::Active(active) => {
                     let reason = stop_reason(ending, paused, slot.matched);
@@ -141,7 +143,7 @@ impl Inner {
                     }
                     false
                 }
-                Run::Idle => wanted,
+                Run::Idle => wanted && !unheld,
                 Run::Lingering(lingering) => {
                     if wanted && !lingering.warned {
                         lingering.warned = true;
@@ -174,6 +176,15 @@ impl Inner {
         } else {
             entry.shed_body();
         }
+    }
+
+    /// Whether handler `index` starts only once the finalizer is on the object (see
+    /// `SupervisorConfig::daemons_await_finalizer`).
+    fn awaits_finalizer(&self, index: usize) -> bool {
+        let spec = self.handlers[index].spec();
+        self.config.daemons_await_finalizer
+            && spec.finalizer
+            && spec.kind == crate::core::spec::HandlerKind::Daemon
     }
 
     /// Whether the finalizer must be held: a finalizer-holding handler matches a live object

@@ -161,6 +161,8 @@ pub(crate) struct ObjectEntry {
     pub(crate) gone: bool,
     /// The last `Finalizer` effect sent (`None`: none yet).
     pub(crate) finalizer_sent: Option<bool>,
+    /// Whether the latest version carries the framework's finalizer.
+    pub(crate) finalizer_on: bool,
     /// One slot per handler, by handler index.
     pub(crate) slots: Vec<Slot>,
 }
@@ -175,6 +177,7 @@ impl ObjectEntry {
             deleting: false,
             gone: false,
             finalizer_sent: None,
+            finalizer_on: false,
             slots: (0..handlers).map(|_| Slot::default()).collect(),
         }
     }
