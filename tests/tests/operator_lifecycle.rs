@@ -428,3 +428,61 @@ async fn the_handler_cap_holds_back_daemons_until_a_slot_frees() -> anyhow::Resu
     ns.cleanup().await?;
     Ok(())
 }
+
+#[tokio::test]
+async fn ready_resolves_once_the_objects_present_hold_their_finalizers() -> anyhow::Result<()> {
+    let (ns, api) = example_namespace().await?;
+    let names: Vec<String> = (0..3).map(|i| format!("present-{i}")).collect();
+    for name in &names {
+        create(&api, name, "a").await?;
+    }
+    let journal = Journal::default();
+    let op = operator(&ns, &["lifecycle-daemon"])
+        .await?
+        .data(journal.clone())
+        .start()
+        .await?;
+    tokio::time::timeout(PROMPTLY, op.ready()).await?;
+    assert!(op.is_ready());
+    for name in &names {
+        // No waiting: placed before `ready()` resolved.
+        assert_eq!(finalizers(&api, name).await, [FINALIZER], "{name}");
+        journal.wait_for(name, "started", 1).await;
+    }
+    op.shutdown().await;
+    ns.cleanup().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn dropping_the_handle_stops_the_operator_and_detach_keeps_it() -> anyhow::Result<()> {
+    let (ns, api) = example_namespace().await?;
+    let journal = Journal::default();
+    let op = operator(&ns, &["lifecycle-daemon"])
+        .await?
+        .data(journal.clone())
+        .start()
+        .await?;
+    create(&api, "dropped", "a").await?;
+    journal.wait_for("dropped", "started", 1).await;
+    drop(op); // as an early `?` in a test would
+    journal
+        .wait_for("dropped", "stopped: StopReason(OPERATOR_EXITING)", 1)
+        .await;
+    assert_eq!(
+        finalizers(&api, "dropped").await,
+        [FINALIZER],
+        "left for a restart"
+    );
+
+    let detached = operator(&ns, &["lifecycle-daemon"])
+        .await?
+        .data(journal.clone())
+        .start()
+        .await?;
+    detached.detach();
+    create(&api, "detached", "a").await?;
+    journal.wait_for("detached", "started", 1).await; // still running without its handle
+    ns.cleanup().await?;
+    Ok(())
+}

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Map, Value};
-use tokio::sync::Semaphore;
+use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, debug, error, info, warn};
@@ -46,6 +46,8 @@ pub(crate) struct KindState {
     frozen: AtomicBool,
     /// Whether another kopf operator's finalizer was seen (and warned about) already.
     foreign_seen: AtomicBool,
+    /// Notified after every job (see [`KindState::progress`]).
+    progressed: Notify,
     pub(crate) stop: CancellationToken,
     pub(crate) tasks: TaskTracker,
 }
@@ -86,6 +88,7 @@ impl KindState {
             slots: Arc::new(Semaphore::new(Self::JOB_SLOTS)),
             frozen: AtomicBool::new(false),
             foreign_seen: AtomicBool::new(false),
+            progressed: Notify::new(),
             stop,
             tasks: TaskTracker::new(),
         }
@@ -94,6 +97,22 @@ impl KindState {
     /// The number of objects the operator keeps a record of.
     pub(crate) fn objects(&self) -> usize {
         self.records.len()
+    }
+
+    /// Resolves after the next job of any object (a finalizer sync, an output) has run.
+    pub(crate) fn progress(&self) -> std::pin::Pin<Box<tokio::sync::futures::Notified<'_>>> {
+        Box::pin(self.progressed.notified())
+    }
+
+    /// Whether every object's finalizer is as the supervisor needs it, or its update gave up
+    /// (and is retried, see [`Resync`]).
+    pub(crate) fn finalizers_settled(&self) -> bool {
+        self.records.uids().iter().all(|uid| {
+            self.resync.contains(uid)
+                || self
+                    .finalizer_step(uid)
+                    .is_none_or(|(_, patch)| patch.is_none())
+        })
     }
 
     /// From now on, finalizers are neither added nor removed.
@@ -321,10 +340,9 @@ impl KindState {
                 }
             };
             // Boxed: the task waiting for its slot stays small.
-            if Box::pin(self.stop.run_until_cancelled(run.instrument(span)))
-                .await
-                .is_none()
-            {
+            let ran = Box::pin(self.stop.run_until_cancelled(run.instrument(span))).await;
+            self.progressed.notify_waiters();
+            if ran.is_none() {
                 lock(&self.queues).remove(&uid);
                 return;
             }

@@ -33,6 +33,11 @@ impl Records {
         self.lock().len()
     }
 
+    /// The UIDs of every record.
+    pub(crate) fn uids(&self) -> Vec<Arc<str>> {
+        self.lock().keys().cloned().collect()
+    }
+
     /// A copy of the record of `uid`.
     pub(crate) fn get(&self, uid: &str) -> Option<Record> {
         self.lock().get(uid).cloned()

@@ -79,6 +79,11 @@ impl Resync {
         out
     }
 
+    /// Whether the sync of `uid` gave up and waits to be tried again.
+    pub(crate) fn contains(&self, uid: &str) -> bool {
+        self.lock().contains_key(uid)
+    }
+
     /// How many objects wait for another sync.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {

@@ -1,8 +1,7 @@
-//! Starting, running and stopping an operator.
+//! Starting an operator from its builder, and running it until a signal.
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,17 +9,18 @@ use kube::Client;
 use tokio::sync::Semaphore;
 use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info, warn};
+use tracing::{error, info};
 
 use super::api::{RetrySettings, Writer, api_resource};
 use super::builder::OperatorBuilder;
 use super::error::OperatorError;
 use super::events::EventPoster;
+use super::handle::Operator;
 use super::handlers::Capped;
-use super::health::{self, Health, KindHealth, WatchPhase};
+use super::health::{self, Health, KindHealth};
 use super::identity::Identity;
 use super::kind::{self, Scope};
-use super::limits::{RateLimitLayer, RateLimiter, RequestStats};
+use super::limits::{RateLimitLayer, RateLimiter};
 use super::logging::init_logging;
 use super::objects::KindState;
 use super::patch::{KubePatchSink, StatusMode};
@@ -28,40 +28,8 @@ use super::transport;
 use crate::core::handler::{ErasedHandler, Services};
 use crate::core::resource::ResourceInfo;
 use crate::core::sink::PatchSinkHandle;
-use crate::core::supervisor::{ShutdownReport, Stats, Supervisor, SupervisorConfig};
+use crate::core::supervisor::{Supervisor, SupervisorConfig};
 use crate::handler::Registry;
-
-/// A running operator: watches, supervises and writes until [`shutdown`](Self::shutdown).
-/// Build one with [`Operator::builder`].
-///
-/// ```no_run
-/// use kopf_runtime::Operator;
-///
-/// # async fn demo() -> Result<(), kopf_runtime::OperatorError> {
-/// let operator = Operator::builder().namespaces(["default"]).start().await?;
-/// println!("{:?}", operator.stats());
-/// operator.shutdown().await;
-/// # Ok(()) }
-/// # let _ = demo;
-/// ```
-pub struct Operator {
-    kinds: Vec<(Arc<KindState>, Arc<KindHealth>)>,
-    health: Arc<Health>,
-    limiter: Option<Arc<RateLimiter>>,
-    watch_stop: CancellationToken,
-    probe_stop: CancellationToken,
-    watches: Vec<AbortHandle>,
-    health_addr: Option<SocketAddr>,
-    shutdown_timeout: Duration,
-}
-
-impl std::fmt::Debug for Operator {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Operator")
-            .field("health_addr", &self.health_addr)
-            .finish_non_exhaustive()
-    }
-}
 
 /// What every resource kind of one operator shares.
 struct Shared {
@@ -72,176 +40,6 @@ struct Shared {
     writes: Arc<Semaphore>,
     cap: Option<Arc<Semaphore>>,
     watch_stop: CancellationToken,
-}
-
-/// A snapshot of one resource kind's state.
-///
-/// ```no_run
-/// # fn demo(operator: &kopf_runtime::Operator) {
-/// for kind in operator.stats().kinds {
-///     println!("{}: {:?}, {} objects, {} daemons", kind.resource, kind.phase, kind.objects,
-///         kind.supervisor.daemons_running);
-/// }
-/// # }
-/// # let _ = demo;
-/// ```
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct KindStats {
-    /// The resource kind.
-    pub resource: ResourceInfo,
-    /// Where its watch is.
-    pub phase: WatchPhase,
-    /// Objects the operator keeps a record of.
-    pub objects: usize,
-    /// The supervisor's counters.
-    pub supervisor: Stats,
-}
-
-/// A snapshot of the operator's state, from [`Operator::stats`].
-///
-/// ```no_run
-/// # fn demo(operator: &kopf_runtime::Operator) {
-/// if let Some(requests) = operator.stats().requests {
-///     println!("{} requests, {} writes, {} held back by the limit", requests.total, requests.writes, requests.delayed);
-/// }
-/// # }
-/// # let _ = demo;
-/// ```
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct OperatorStats {
-    /// Requests sent by the operator's own client (`None` when a client was given to the
-    /// builder, which the operator does not instrument).
-    pub requests: Option<RequestStats>,
-    /// One entry per watched resource kind.
-    pub kinds: Vec<KindStats>,
-}
-
-impl Operator {
-    /// A builder with the defaults: handlers from the inventory, all namespaces, the client from
-    /// the environment.
-    ///
-    /// ```
-    /// let builder = kopf_runtime::Operator::builder();
-    /// # drop(builder);
-    /// ```
-    pub fn builder() -> OperatorBuilder {
-        OperatorBuilder::default()
-    }
-
-    /// The address of the health probe server, if one was configured (with the port the
-    /// system chose for port 0).
-    ///
-    /// ```no_run
-    /// # async fn demo() -> Result<(), kopf_runtime::OperatorError> {
-    /// let operator = kopf_runtime::Operator::builder().health_addr(([127, 0, 0, 1], 0).into()).start().await?;
-    /// println!("probes on http://{}/readyz", operator.health_addr().unwrap());
-    /// # Ok(()) }
-    /// # let _ = demo;
-    /// ```
-    #[must_use]
-    pub fn health_addr(&self) -> Option<SocketAddr> {
-        self.health_addr
-    }
-
-    /// Whether every resource kind has completed its initial list, or is reported unavailable
-    /// (what `/readyz` reports).
-    ///
-    /// ```no_run
-    /// # async fn demo(operator: kopf_runtime::Operator) {
-    /// while !operator.is_ready() {
-    ///     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    /// }
-    /// # }
-    /// # let _ = demo;
-    /// ```
-    #[must_use]
-    pub fn is_ready(&self) -> bool {
-        self.health.ready().is_ok()
-    }
-
-    /// Counters of requests and per-kind state.
-    ///
-    /// ```no_run
-    /// # fn demo(operator: &kopf_runtime::Operator) {
-    /// let objects: usize = operator.stats().kinds.iter().map(|k| k.objects).sum();
-    /// # let _ = objects; }
-    /// # let _ = demo;
-    /// ```
-    #[must_use]
-    pub fn stats(&self) -> OperatorStats {
-        OperatorStats {
-            requests: self.limiter.as_ref().map(|l| l.stats()),
-            kinds: self
-                .kinds
-                .iter()
-                .map(|(state, health)| KindStats {
-                    resource: state.info.clone(),
-                    phase: health.phase(),
-                    objects: state.objects(),
-                    supervisor: state.supervisor.stats(),
-                })
-                .collect(),
-        }
-    }
-
-    /// Stops the operator: stops watching, stops every daemon and timer with "operator exiting"
-    /// through its stop ladder (abandoning those still running after the shutdown timeout), and
-    /// leaves the finalizers on the objects so that their daemons resume after a restart.
-    ///
-    /// # Cancellation safety
-    /// Not cancel safe: dropping the future leaves the operator partly stopped.
-    ///
-    /// ```no_run
-    /// # async fn demo() -> Result<(), kopf_runtime::OperatorError> {
-    /// let operator = kopf_runtime::Operator::builder().start().await?;
-    /// operator.shutdown().await; // returns within the shutdown timeout
-    /// # Ok(()) }
-    /// # let _ = demo;
-    /// ```
-    pub async fn shutdown(self) {
-        let deadline = tokio::time::Instant::now() + self.shutdown_timeout;
-        info!("the operator is shutting down");
-        self.watch_stop.cancel();
-        for (state, health) in &self.kinds {
-            state.freeze();
-            health.set_phase(WatchPhase::Stopped);
-        }
-        let supervisors = self
-            .kinds
-            .iter()
-            .map(|(state, _)| state.supervisor.shutdown());
-        let reports = futures::future::join_all(supervisors);
-        match tokio::time::timeout_at(deadline, reports).await {
-            Ok(reports) => {
-                let count = |f: fn(&ShutdownReport) -> usize| reports.iter().map(f).sum::<usize>();
-                info!(
-                    exited = count(|r| r.exited.len()),
-                    cancelled = count(|r| r.cancelled.len()),
-                    abandoned = count(|r| r.abandoned.len()),
-                    "every daemon and timer has stopped"
-                );
-            }
-            Err(_) => warn!("the supervisors did not finish within the shutdown timeout"),
-        }
-        // Let pending writes of final results finish, within the deadline.
-        for (state, _) in &self.kinds {
-            state.tasks.close();
-            if tokio::time::timeout_at(deadline, state.tasks.wait())
-                .await
-                .is_err()
-            {
-                warn!(resource = %state.info, "pending writes did not finish within the shutdown timeout");
-            }
-            state.stop.cancel();
-        }
-        for watch in self.watches {
-            watch.abort();
-        }
-        self.probe_stop.cancel();
-        info!("the operator has stopped");
-    }
 }
 
 impl OperatorBuilder {
@@ -337,6 +135,7 @@ impl OperatorBuilder {
             watches,
             health_addr,
             shutdown_timeout: self.shutdown_timeout,
+            released: false,
         })
     }
 

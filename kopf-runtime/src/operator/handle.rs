@@ -1,0 +1,306 @@
+//! The handle of a running operator: its state, readiness, statistics and shutdown.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::AbortHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::builder::OperatorBuilder;
+use super::health::{Health, KindHealth, WatchPhase};
+use super::limits::{RateLimiter, RequestStats};
+use super::objects::KindState;
+use crate::core::resource::ResourceInfo;
+use crate::core::supervisor::{ShutdownReport, Stats};
+
+/// A running operator: watches, supervises and writes until [`shutdown`](Self::shutdown).
+/// Build one with [`Operator::builder`].
+///
+/// ```no_run
+/// use kopf_runtime::Operator;
+///
+/// # async fn demo() -> Result<(), kopf_runtime::OperatorError> {
+/// let operator = Operator::builder().namespaces(["default"]).start().await?;
+/// println!("{:?}", operator.stats());
+/// operator.shutdown().await;
+/// # Ok(()) }
+/// # let _ = demo;
+/// ```
+pub struct Operator {
+    pub(crate) kinds: Vec<(Arc<KindState>, Arc<KindHealth>)>,
+    pub(crate) health: Arc<Health>,
+    pub(crate) limiter: Option<Arc<RateLimiter>>,
+    pub(crate) watch_stop: CancellationToken,
+    pub(crate) probe_stop: CancellationToken,
+    pub(crate) watches: Vec<AbortHandle>,
+    pub(crate) health_addr: Option<SocketAddr>,
+    pub(crate) shutdown_timeout: Duration,
+    /// Shut down, or detached: dropping the handle leaves the operator as it is.
+    pub(crate) released: bool,
+}
+
+impl std::fmt::Debug for Operator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Operator")
+            .field("health_addr", &self.health_addr)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A snapshot of one resource kind's state.
+///
+/// ```no_run
+/// # fn demo(operator: &kopf_runtime::Operator) {
+/// for kind in operator.stats().kinds {
+///     println!("{}: {:?}, {} objects, {} daemons", kind.resource, kind.phase, kind.objects,
+///         kind.supervisor.daemons_running);
+/// }
+/// # }
+/// # let _ = demo;
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct KindStats {
+    /// The resource kind.
+    pub resource: ResourceInfo,
+    /// Where its watch is.
+    pub phase: WatchPhase,
+    /// Objects the operator keeps a record of.
+    pub objects: usize,
+    /// The supervisor's counters.
+    pub supervisor: Stats,
+}
+
+/// A snapshot of the operator's state, from [`Operator::stats`].
+///
+/// ```no_run
+/// # fn demo(operator: &kopf_runtime::Operator) {
+/// if let Some(requests) = operator.stats().requests {
+///     println!("{} requests, {} writes, {} held back by the limit", requests.total, requests.writes, requests.delayed);
+/// }
+/// # }
+/// # let _ = demo;
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct OperatorStats {
+    /// Requests sent by the operator's own client (`None` when a client was given to the
+    /// builder, which the operator does not instrument).
+    pub requests: Option<RequestStats>,
+    /// One entry per watched resource kind.
+    pub kinds: Vec<KindStats>,
+}
+
+impl Operator {
+    /// A builder with the defaults: handlers from the inventory, all namespaces, the client from
+    /// the environment.
+    ///
+    /// ```
+    /// let builder = kopf_runtime::Operator::builder();
+    /// # drop(builder);
+    /// ```
+    pub fn builder() -> OperatorBuilder {
+        OperatorBuilder::default()
+    }
+
+    /// The address of the health probe server, if one was configured (with the port the
+    /// system chose for port 0).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), kopf_runtime::OperatorError> {
+    /// let operator = kopf_runtime::Operator::builder().health_addr(([127, 0, 0, 1], 0).into()).start().await?;
+    /// println!("probes on http://{}/readyz", operator.health_addr().unwrap());
+    /// # Ok(()) }
+    /// # let _ = demo;
+    /// ```
+    #[must_use]
+    pub fn health_addr(&self) -> Option<SocketAddr> {
+        self.health_addr
+    }
+
+    /// Whether every resource kind has completed its initial list, or is reported unavailable
+    /// (what `/readyz` reports).
+    ///
+    /// ```no_run
+    /// # async fn demo(operator: kopf_runtime::Operator) {
+    /// while !operator.is_ready() {
+    ///     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    /// }
+    /// # }
+    /// # let _ = demo;
+    /// ```
+    #[must_use]
+    pub fn is_ready(&self) -> bool {
+        self.health.ready().is_ok()
+    }
+
+    /// Counters of requests and per-kind state.
+    ///
+    /// ```no_run
+    /// # fn demo(operator: &kopf_runtime::Operator) {
+    /// let objects: usize = operator.stats().kinds.iter().map(|k| k.objects).sum();
+    /// # let _ = objects; }
+    /// # let _ = demo;
+    /// ```
+    #[must_use]
+    pub fn stats(&self) -> OperatorStats {
+        OperatorStats {
+            requests: self.limiter.as_ref().map(|l| l.stats()),
+            kinds: self
+                .kinds
+                .iter()
+                .map(|(state, health)| KindStats {
+                    resource: state.info.clone(),
+                    phase: health.phase(),
+                    objects: state.objects(),
+                    supervisor: state.supervisor.stats(),
+                })
+                .collect(),
+        }
+    }
+
+    /// Stops the operator: stops watching, stops every daemon and timer with "operator exiting"
+    /// through its stop ladder (abandoning those still running after the shutdown timeout), and
+    /// leaves the finalizers on the objects so that their daemons resume after a restart.
+    ///
+    /// # Cancellation safety
+    /// Not cancel safe: dropping the future leaves the operator partly stopped.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), kopf_runtime::OperatorError> {
+    /// let operator = kopf_runtime::Operator::builder().start().await?;
+    /// operator.shutdown().await; // returns within the shutdown timeout
+    /// # Ok(()) }
+    /// # let _ = demo;
+    /// ```
+    pub async fn shutdown(mut self) {
+        let deadline = tokio::time::Instant::now() + self.shutdown_timeout;
+        info!("the operator is shutting down");
+        self.released = true;
+        self.stop_watching();
+        let supervisors = self
+            .kinds
+            .iter()
+            .map(|(state, _)| state.supervisor.shutdown());
+        let reports = futures::future::join_all(supervisors);
+        match tokio::time::timeout_at(deadline, reports).await {
+            Ok(reports) => {
+                let count = |f: fn(&ShutdownReport) -> usize| reports.iter().map(f).sum::<usize>();
+                info!(
+                    exited = count(|r| r.exited.len()),
+                    cancelled = count(|r| r.cancelled.len()),
+                    abandoned = count(|r| r.abandoned.len()),
+                    "every daemon and timer has stopped"
+                );
+            }
+            Err(_) => warn!("the supervisors did not finish within the shutdown timeout"),
+        }
+        // Let pending writes of final results finish, within the deadline.
+        for (state, _) in &self.kinds {
+            state.tasks.close();
+            if tokio::time::timeout_at(deadline, state.tasks.wait())
+                .await
+                .is_err()
+            {
+                warn!(resource = %state.info, "pending writes did not finish within the shutdown timeout");
+            }
+            state.stop.cancel();
+        }
+        self.probe_stop.cancel();
+        info!("the operator has stopped");
+    }
+
+    /// Stops the watches and freezes the finalizers (what needs no waiting).
+    fn stop_watching(&mut self) {
+        self.watch_stop.cancel();
+        for (state, health) in &self.kinds {
+            state.freeze();
+            health.set_phase(WatchPhase::Stopped);
+        }
+        for watch in std::mem::take(&mut self.watches) {
+            watch.abort();
+        }
+    }
+
+    /// Lets the operator run on after this handle is dropped (until the process exits), as a
+    /// dropped `tokio::task::JoinHandle` does. Without it, dropping the handle shuts the
+    /// operator down.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), kopf_runtime::OperatorError> {
+    /// kopf_runtime::Operator::builder().start().await?.detach();
+    /// // ... the operator runs until the process exits ...
+    /// # Ok(()) }
+    /// # let _ = demo;
+    /// ```
+    pub fn detach(mut self) {
+        self.released = true;
+    }
+
+    /// Waits until the operator has caught up with the cluster: every resource kind's initial
+    /// list is done (or the kind is reported unavailable), and every object's finalizer is as
+    /// its handlers need it — placed where one matches, removed where none does — or its
+    /// update failed and is being retried (reported in the log). Daemons start once their
+    /// finalizer is placed, so after `ready()` every daemon of the objects present has started
+    /// or is about to.
+    ///
+    /// # Cancellation safety
+    /// Cancel-safe: it only looks.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), kopf_runtime::OperatorError> {
+    /// let operator = kopf_runtime::Operator::builder().start().await?;
+    /// operator.ready().await;
+    /// # Ok(()) }
+    /// # let _ = demo;
+    /// ```
+    pub async fn ready(&self) {
+        if self.kinds.is_empty() {
+            return;
+        }
+        loop {
+            let progress: Vec<_> = self.kinds.iter().map(|(k, _)| k.progress()).collect();
+            let mut progress = std::pin::pin!(futures::future::select_all(progress));
+            // Registered before the check: progress made meanwhile wakes the wait at once.
+            let _ = futures::poll!(progress.as_mut());
+            if self.health.ready().is_ok() && self.kinds.iter().all(|(k, _)| k.finalizers_settled())
+            {
+                return;
+            }
+            // The initial list's end is not notified: look again at least every 100 ms.
+            let tick = tokio::time::sleep(Duration::from_millis(100));
+            tokio::select! {
+                _ = progress => {}
+                () = tick => {}
+            }
+        }
+    }
+}
+
+impl Drop for Operator {
+    /// Dropping the handle of a running operator shuts it down, as dropping axum's `serve` future
+    /// or a tokio `Runtime` ends what they run (an early `?` in a test leaves nothing behind):
+    /// the watches stop at once, the finalizers stay, and every daemon and timer is stopped
+    /// through its stop ladder in the background. Call [`Operator::shutdown`] to wait for that,
+    /// or [`Operator::detach`] to keep the operator running.
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        info!("the operator's handle was dropped: shutting down");
+        self.stop_watching();
+        self.probe_stop.cancel();
+        let supervisors: Vec<_> = self
+            .kinds
+            .iter()
+            .map(|(k, _)| k.supervisor.clone())
+            .collect();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                futures::future::join_all(supervisors.iter().map(|s| s.shutdown())).await;
+            });
+        }
+    }
+}
