@@ -405,7 +405,7 @@ async fn a_persistent_503_is_retried_by_one_layer_and_every_attempt_is_counted()
     let since = std::time::Instant::now();
     create(&api, "healthy", "a").await?;
     wait_finalizer(&api, "healthy", true).await; // positive control: others are served
-    journal.wait_for("sick", "started", 1).await;
+    journal.wait_for("healthy", "started", 1).await;
     let attempts = || requests(&proxy, &Method::PATCH, "/kopfexamples/sick?").len();
     wait_until(
         "the first attempts at the sick object",
@@ -429,6 +429,10 @@ async fn a_persistent_503_is_retried_by_one_layer_and_every_attempt_is_counted()
         "the proxy saw {received} requests, the operator counted {counted}"
     );
     assert!(finalizers(&api, "sick").await.is_empty());
+    assert!(
+        journal.of("sick").is_empty(),
+        "a daemon started without its finalizer"
+    );
 
     op.shutdown().await;
     ns.cleanup().await?;

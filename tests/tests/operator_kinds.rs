@@ -62,52 +62,6 @@ async fn kinds_cluster(
     Ok("cluster-wide".to_owned())
 }
 
-/// The log lines of this test binary (one global subscriber; tests filter by their names).
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Logs {
-    fn installed() -> &'static Self {
-        static LOGS: OnceLock<Logs> = OnceLock::new();
-        LOGS.get_or_init(|| {
-            let logs = Self::default();
-            let writer = logs.clone();
-            tracing_subscriber::fmt()
-                .with_env_filter("kopf_runtime=info")
-                .with_ansi(false)
-                .with_writer(move || writer.clone())
-                .init();
-            logs
-        })
-    }
-
-    fn lines_with(&self, needle: &str) -> Vec<String> {
-        let bytes = self
-            .0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        String::from_utf8_lossy(&bytes)
-            .lines()
-            .filter(|l| l.contains(needle))
-            .map(str::to_owned)
-            .collect()
-    }
-}
-
 async fn delete_ghost_crd() -> anyhow::Result<()> {
     let crds: Api<CustomResourceDefinition> = Api::all(client().await);
     let name = "ghosts.ghost.kopf.dev";

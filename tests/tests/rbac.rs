@@ -2,7 +2,9 @@
 //! operator running with only a token of that ServiceAccount adds finalizers, writes status,
 //! posts events and releases finalizers), it is necessary (without the binding, the same token
 //! gets a clear 403 and the operator reports the resource as unavailable), and the Deployment
-//! has the probes and the update strategy the docs promise.
+//! has the probes and the update strategy the docs promise. The namespaced variant
+//! (`rbac-namespaced.yaml`, a Role) does the whole job in its namespace and grants nothing,
+//! Events included, anywhere else.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +13,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kopf_examples::crd::KopfExample;
 use kopf_runtime::{Events, HandlerResult, Operator, Patch, Registry, Stopper, WatchPhase, daemon};
 use kopf_runtime::{OperatorBuilder, timer};
@@ -23,6 +25,7 @@ use serde::de::DeserializeOwned;
 use serde_json::json;
 
 const RBAC_YAML: &str = include_str!("../../kopf-examples/deploy/rbac.yaml");
+const RBAC_NAMESPACED_YAML: &str = include_str!("../../kopf-examples/deploy/rbac-namespaced.yaml");
 const DEPLOYMENT_YAML: &str = include_str!("../../kopf-examples/deploy/deployment.yaml");
 const PROMPTLY: Duration = Duration::from_secs(30);
 
@@ -264,6 +267,66 @@ async fn the_cluster_role_is_necessary_and_sufficient() -> anyhow::Result<()> {
     roles
         .delete(&rbac.role.name_any(), &DeleteParams::default())
         .await?;
+    ns.cleanup().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_namespaced_role_is_sufficient_and_grants_nothing_elsewhere() -> anyhow::Result<()> {
+    let admin = test_client().await;
+    install_crd(&admin, &KopfExample::crd()).await?;
+    let mut ns = TestNamespace::create().await?;
+    ns.strip_finalizers_of::<KopfExample>();
+    let other = TestNamespace::create().await?;
+    let mut account: ServiceAccount = document(RBAC_NAMESPACED_YAML, "ServiceAccount");
+    account.metadata.namespace = Some(ns.name().to_owned());
+    let mut role: Role = document(RBAC_NAMESPACED_YAML, "Role");
+    role.metadata.namespace = Some(ns.name().to_owned());
+    let mut binding: RoleBinding = document(RBAC_NAMESPACED_YAML, "RoleBinding");
+    binding.metadata.namespace = Some(ns.name().to_owned());
+    for subject in binding.subjects.iter_mut().flatten() {
+        subject.namespace = Some(ns.name().to_owned());
+    }
+    Api::<ServiceAccount>::namespaced(admin.clone(), ns.name())
+        .create(&PostParams::default(), &account)
+        .await?;
+    Api::<Role>::namespaced(admin.clone(), ns.name())
+        .create(&PostParams::default(), &role)
+        .await?;
+    Api::<RoleBinding>::namespaced(admin.clone(), ns.name())
+        .create(&PostParams::default(), &binding)
+        .await?;
+    let token = service_account_token(&admin, ns.name(), &account.name_any()).await?;
+    let config = token_config(&token).await?;
+    let as_operator = Client::try_from(config.clone())?;
+    let here: Api<KopfExample> = Api::namespaced(as_operator.clone(), ns.name());
+    wait_until("the binding to take effect", PROMPTLY, || async {
+        here.list(&ListParams::default()).await.is_ok()
+    })
+    .await;
+    // Nothing in another namespace: neither its objects nor an Event there.
+    let elsewhere: Api<KopfExample> = Api::namespaced(as_operator.clone(), other.name());
+    let listed = elsewhere.list(&ListParams::default()).await;
+    assert!(
+        matches!(listed, Err(kube::Error::Api(ref s)) if s.code == 403),
+        "{listed:?}"
+    );
+    let event: Event = serde_json::from_value(json!({
+        "metadata": {"generateName": "probe-"},
+        "eventTime": "2026-01-01T00:00:00.000000Z",
+        "reportingController": "kopf-tests", "reportingInstance": "probe",
+        "action": "Probe", "reason": "Probe", "type": "Normal",
+    }))?;
+    let posted = Api::<Event>::namespaced(as_operator, other.name())
+        .create(&PostParams::default(), &event)
+        .await;
+    assert!(
+        matches!(posted, Err(kube::Error::Api(ref s)) if s.code == 403),
+        "{posted:?}"
+    );
+    // Positive control: the operator's whole job in its own namespace.
+    assert_whole_job(config, &ns, &admin).await?;
+    other.cleanup().await?;
     ns.cleanup().await?;
     Ok(())
 }

@@ -16,7 +16,7 @@ use kopf_runtime::{HandlerResult, timer};
 use kopf_tests::{TestNamespace, install_crd, is_not_found, try_wait_for, wait_until};
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{CustomResourceExt as _, Resource};
-use operator_common::{PROMPTLY, client, operator};
+use operator_common::{Logs, PROMPTLY, client, operator};
 use serde_json::{Value, json};
 
 /// The quick start's resource: this module is the quick start's block, verbatim (checked below).
@@ -50,52 +50,6 @@ async fn summarize_old(obj: Arc<old::Backup>) -> HandlerResult<Value> {
 /// afresh (a changed schema of an existing CRD is picked up by the server asynchronously).
 static BACKUP_CRD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 const BACKUP_CRD_NAME: &str = "backups.example.com";
-
-/// The log lines of this test binary (one global subscriber).
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Logs {
-    fn installed() -> &'static Self {
-        static LOGS: OnceLock<Logs> = OnceLock::new();
-        LOGS.get_or_init(|| {
-            let logs = Self::default();
-            let writer = logs.clone();
-            tracing_subscriber::fmt()
-                .with_env_filter("kopf_runtime=info")
-                .with_ansi(false)
-                .with_writer(move || writer.clone())
-                .init();
-            logs
-        })
-    }
-
-    fn lines_with(&self, needle: &str) -> Vec<String> {
-        let bytes = self
-            .0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        String::from_utf8_lossy(&bytes)
-            .lines()
-            .filter(|l| l.contains(needle))
-            .map(str::to_owned)
-            .collect()
-    }
-}
 
 async fn delete_backup_crd() -> anyhow::Result<()> {
     let crds: Api<CustomResourceDefinition> = Api::all(client().await);

@@ -2,7 +2,7 @@
 //! operator limited to one test namespace and a few handlers, and object helpers.
 #![allow(dead_code, unreachable_pub)] // each test binary uses a different subset
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use kopf_examples::crd::{KopfExample, KopfExampleSpec};
@@ -226,4 +226,52 @@ pub async fn wait_gone(api: &Api<KopfExample>, name: &str) {
 /// The test server's client.
 pub async fn client() -> Client {
     test_client().await
+}
+
+/// The log lines of a test binary (one global subscriber, installed by the first call of
+/// [`Logs::installed`]; tests filter by their names). Not for binaries that use
+/// [`init_test_logging`].
+#[derive(Clone, Default)]
+pub struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Logs {
+    pub fn installed() -> &'static Self {
+        static LOGS: OnceLock<Logs> = OnceLock::new();
+        LOGS.get_or_init(|| {
+            let logs = Self::default();
+            let writer = logs.clone();
+            tracing_subscriber::fmt()
+                .with_env_filter("kopf_runtime=info")
+                .with_ansi(false)
+                .with_writer(move || writer.clone())
+                .init();
+            logs
+        })
+    }
+
+    pub fn lines_with(&self, needle: &str) -> Vec<String> {
+        let bytes = self
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        String::from_utf8_lossy(&bytes)
+            .lines()
+            .filter(|l| l.contains(needle))
+            .map(str::to_owned)
+            .collect()
+    }
 }
