@@ -189,6 +189,72 @@ async fn a_cluster_scoped_resource_is_served() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Blocking daemons of two kinds, each running on a dedicated thread until stopped.
+#[daemon(id = "kinds-blocking-example")]
+#[allow(clippy::needless_pass_by_value)] // handler parameters are injected by value
+fn kinds_blocking_example(obj: Arc<KopfExample>, stopper: Stopper, journal: Data<Journal>) {
+    journal.record(obj.metadata.name.as_deref().unwrap_or_default(), "thread");
+    while !stopper.wait(Duration::from_secs(60)) {}
+}
+
+#[daemon(id = "kinds-blocking-cluster")]
+#[allow(clippy::needless_pass_by_value)] // handler parameters are injected by value
+fn kinds_blocking_cluster(obj: Arc<KopfCluster>, stopper: Stopper, journal: Data<Journal>) {
+    journal.record(obj.metadata.name.as_deref().unwrap_or_default(), "thread");
+    while !stopper.wait(Duration::from_secs(60)) {}
+}
+
+#[tokio::test]
+async fn every_kind_shares_one_cap_on_blocking_threads() -> anyhow::Result<()> {
+    install_crd(&client().await, &KopfCluster::crd()).await?;
+    let (ns, api) = example_namespace().await?;
+    let journal = Journal::default();
+    let selector = format!("kopf-test={}", ns.name());
+    let op = operator(&ns, &["kinds-blocking-example", "kinds-blocking-cluster"])
+        .await?
+        .label_selector(&selector)
+        .max_blocking_threads(1)
+        .data(journal.clone())
+        .start()
+        .await?;
+    let labels = [("kopf-test", ns.name())];
+    create_with(&api, "first", &[], &labels).await?;
+    journal.wait_for("first", "thread", 1).await;
+    let clusters: Api<KopfCluster> = Api::all(client().await);
+    let name = format!("{}-second", ns.name());
+    let mut obj = KopfCluster::new(&name, KopfClusterSpec::default());
+    obj.metadata.labels = Some([("kopf-test".to_owned(), ns.name().to_owned())].into());
+    clusters.create(&PostParams::default(), &obj).await?;
+    // The other kind's daemon waits for the one thread (it had a pool of its own before).
+    let queued = || {
+        op.stats()
+            .kinds
+            .iter()
+            .map(|k| k.supervisor.daemons_queued)
+            .sum::<usize>()
+    };
+    wait_until("the second kind's daemon to queue", PROMPTLY, || async {
+        queued() == 1
+    })
+    .await;
+    assert!(
+        journal.of(&name).is_empty(),
+        "two threads under a cap of one"
+    );
+    // Positive control: once the first one's object is gone, the queued one gets the thread.
+    api.delete("first", &DeleteParams::default()).await?;
+    journal.wait_for(&name, "thread", 1).await;
+
+    clusters.delete(&name, &DeleteParams::default()).await?;
+    wait_until("the cluster-wide object to be gone", PROMPTLY, || async {
+        matches!(clusters.get(&name).await, Err(ref e) if is_not_found(e))
+    })
+    .await;
+    op.shutdown().await;
+    ns.cleanup().await?;
+    Ok(())
+}
+
 /// `GET path` over plain HTTP/1.0; the status code and body.
 async fn probe(addr: std::net::SocketAddr, path: &str) -> anyhow::Result<(u16, String)> {
     let mut stream = tokio::net::TcpStream::connect(addr).await?;

@@ -18,6 +18,19 @@ use operator_common::*;
 use serde::Deserialize;
 use serde_json::json;
 
+/// Records its attempt in `status.attempts` and fails every time, as kopf's example 14 does.
+#[timer(id = "writes-failing", interval = "60s", backoff = "1s")]
+async fn writes_failing(obj: Arc<KopfExample>, patch: Patch) -> Result<(), HandlerError> {
+    let seen = obj
+        .status
+        .as_ref()
+        .and_then(|s| serde_json::to_value(s).ok())
+        .and_then(|s| s.get("attempts").and_then(serde_json::Value::as_u64))
+        .unwrap_or(0);
+    patch.status("attempts", seen + 1);
+    Err(HandlerError::msg("not yet"))
+}
+
 #[daemon(id = "writes-flush")]
 async fn writes_flush(
     obj: Arc<KopfExample>,
@@ -294,6 +307,26 @@ async fn an_object_that_does_not_fit_the_handler_type_is_skipped_with_a_warning(
     .await?;
     journal.wait_for("misfit", "started with 1s", 1).await;
 
+    op.shutdown().await;
+    ns.cleanup().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_failed_attempt_s_pending_patch_is_applied_before_the_retry() -> anyhow::Result<()> {
+    let (ns, api) = example_namespace().await?;
+    let op = operator(&ns, &["writes-failing"]).await?.start().await?;
+    create(&api, "failing", "a").await?;
+    // Each attempt sees the previous one's patch: the count goes up across retries.
+    wait_until("two failed attempts recorded in status", PROMPTLY, || async {
+        status(&api, "failing")
+            .await
+            .get("attempts")
+            .and_then(serde_json::Value::as_u64)
+            .is_some_and(|n| n >= 2)
+    })
+    .await;
+    assert!(op.stats().kinds[0].supervisor.failures >= 2);
     op.shutdown().await;
     ns.cleanup().await?;
     Ok(())

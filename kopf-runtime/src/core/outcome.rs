@@ -50,6 +50,8 @@ pub struct HandlerError {
     kind: ErrorKind,
     message: String,
     source: Option<BoxError>,
+    /// The patch the failed invocation left pending, applied after the attempt.
+    patch: Option<serde_json::Value>,
 }
 
 impl HandlerError {
@@ -66,6 +68,7 @@ impl HandlerError {
             kind: ErrorKind::Temporary { delay },
             message: message.to_string(),
             source: None,
+            patch: None,
         }
     }
 
@@ -81,6 +84,7 @@ impl HandlerError {
             kind: ErrorKind::Permanent,
             message: message.to_string(),
             source: None,
+            patch: None,
         }
     }
 
@@ -96,6 +100,7 @@ impl HandlerError {
             kind: ErrorKind::Other,
             message: message.to_string(),
             source: None,
+            patch: None,
         }
     }
 
@@ -113,6 +118,7 @@ impl HandlerError {
             kind: ErrorKind::Timeout,
             message: format!("the invocation ran past its timeout of {limit:?}"),
             source: None,
+            patch: None,
         }
     }
 
@@ -128,6 +134,18 @@ impl HandlerError {
     pub fn with_source(mut self, source: impl Into<BoxError>) -> Self {
         self.source = Some(source.into());
         self
+    }
+
+    /// The failed invocation's pending patch, to apply after the attempt (as after a
+    /// successful one).
+    pub(crate) fn with_patch(mut self, patch: serde_json::Value) -> Self {
+        self.patch = Some(patch);
+        self
+    }
+
+    /// The patch a failed invocation left pending (see [`HandlerError::with_patch`]).
+    pub(crate) fn patch(&self) -> Option<&serde_json::Value> {
+        self.patch.as_ref()
     }
 
     /// How the framework treats this error.
@@ -182,6 +200,7 @@ impl<E: StdError + Send + Sync + 'static> From<E> for HandlerError {
             kind: ErrorKind::Other,
             message: err.to_string(),
             source: err.source().map(|s| s.to_string().into()),
+            patch: None,
         }
     }
 }

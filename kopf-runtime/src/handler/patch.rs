@@ -12,8 +12,9 @@ use crate::core::sink::{PatchError, PatchSinkHandle};
 
 /// A JSON merge patch (RFC 7386) that a handler builds for its object.
 ///
-/// Whatever is pending when the invocation returns successfully is applied after the run (a
-/// failed invocation's pending patch is dropped). Long-running daemons call
+/// Whatever is pending when the invocation returns is applied after the run, whether it
+/// succeeded or failed (as kopf does; not after a panic, a cancellation or a timeout, which
+/// drop the invocation). Long-running daemons call
 /// [`Patch::flush`] to apply what they built so far without exiting. Clones share one patch.
 ///
 /// ```

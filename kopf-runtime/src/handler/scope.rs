@@ -94,12 +94,17 @@ fn finish(
     scratch: &Scratch,
     result: Result<Option<Value>, HandlerError>,
 ) -> Result<Output, HandlerError> {
-    let result = result?;
     let patch = match scratch.patch.get() {
-        Some(patch) => patch.take().map_err(HandlerError::permanent)?,
-        None => None,
+        Some(patch) => patch.take(),
+        None => Ok(None),
     };
-    Ok(Output { result, patch })
+    // The pending patch is applied after every attempt, a failed one's too (as kopf does).
+    match (result, patch) {
+        (Ok(result), Ok(patch)) => Ok(Output { result, patch }),
+        (Err(err), Ok(Some(patch))) => Err(err.with_patch(patch)),
+        (Err(err), _) => Err(err),
+        (Ok(_), Err(invalid)) => Err(HandlerError::permanent(invalid)),
+    }
 }
 
 /// Converts a handler's return value: `()` or `Result<(), E>` for daemons, and also

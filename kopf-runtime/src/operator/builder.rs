@@ -13,6 +13,7 @@ use super::identity::Identity;
 use super::logging::LogFormat;
 use crate::core::handler::{ErasedHandler, Services};
 use crate::core::resource::ResourceInfo;
+use crate::core::supervisor::BlockingPool;
 use crate::handler::Registry;
 
 /// Configures an [`Operator`](super::Operator): where to connect, what to watch, which handlers
@@ -50,6 +51,8 @@ pub struct OperatorBuilder {
     pub(crate) requests_per_second: Option<u32>,
     pub(crate) max_writes_in_flight: usize,
     pub(crate) max_concurrent_handlers: Option<usize>,
+    pub(crate) max_blocking_threads: usize,
+    pub(crate) annotation_prefix: String,
     pub(crate) log_format: Option<LogFormat>,
     pub(crate) error_causes_in_events: bool,
 }
@@ -91,6 +94,8 @@ impl Default for OperatorBuilder {
             requests_per_second: None,
             max_writes_in_flight: Self::DEFAULT_WRITES_IN_FLIGHT,
             max_concurrent_handlers: None,
+            max_blocking_threads: BlockingPool::DEFAULT_CAPACITY,
+            annotation_prefix: "kopf.dev/".to_owned(),
             log_format: None,
             error_causes_in_events: false,
         }
@@ -328,6 +333,31 @@ impl OperatorBuilder {
         self
     }
 
+    /// Caps the dedicated threads that blocking (`fn`) handlers run on, for the whole operator
+    /// (default 512; every resource kind shares them). Beyond it, blocking invocations wait in
+    /// a queue (counted in `stats()` as `daemons_queued` / `timers_queued`).
+    ///
+    /// ```
+    /// let builder = kopf_runtime::Operator::builder().max_blocking_threads(64);
+    /// # drop(builder);
+    /// ```
+    pub fn max_blocking_threads(mut self, threads: usize) -> Self {
+        self.max_blocking_threads = threads;
+        self
+    }
+
+    /// The prefix of the framework's own annotations (default `kopf.dev/`): a change of such an
+    /// annotation does not count as a change for `idle` timers. Empty: every annotation counts.
+    ///
+    /// ```
+    /// let builder = kopf_runtime::Operator::builder().annotation_prefix("example.com/");
+    /// # drop(builder);
+    /// ```
+    pub fn annotation_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.annotation_prefix = prefix.into();
+        self
+    }
+
     /// Installs a global `tracing` subscriber in this format when the operator starts (unless
     /// one is installed already). Default: none is installed (see
     /// [`init_logging`](crate::init_logging)).
@@ -373,6 +403,9 @@ impl OperatorBuilder {
         }
         if self.max_writes_in_flight == 0 {
             return invalid("max_writes_in_flight", "must be at least 1");
+        }
+        if self.max_blocking_threads == 0 {
+            return invalid("max_blocking_threads", "must be at least 1");
         }
         if self.max_concurrent_handlers == Some(0) {
             return invalid("max_concurrent_handlers", "must be at least 1");

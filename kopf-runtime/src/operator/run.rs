@@ -28,12 +28,14 @@ use super::transport;
 use crate::core::handler::{ErasedHandler, Services};
 use crate::core::resource::ResourceInfo;
 use crate::core::sink::PatchSinkHandle;
-use crate::core::supervisor::{Supervisor, SupervisorConfig};
+use crate::core::supervisor::{BlockingPool, Supervisor, SupervisorConfig};
 use crate::handler::Registry;
 
 /// What every resource kind of one operator shares.
 struct Shared {
     identity: Identity,
+    /// The dedicated threads of blocking handlers, shared by every kind.
+    blocking: BlockingPool,
     client: Client,
     services: Services,
     poster: Arc<EventPoster>,
@@ -80,6 +82,7 @@ impl OperatorBuilder {
         ));
         let shared = Shared {
             identity,
+            blocking: BlockingPool::new(self.max_blocking_threads),
             poster: services
                 .get::<EventPoster>()
                 .expect("the event poster was just inserted"),
@@ -173,6 +176,8 @@ impl OperatorBuilder {
         let config = SupervisorConfig {
             shutdown_timeout: self.shutdown_timeout.saturating_sub(Duration::from_secs(1)),
             finalizer: shared.identity.finalizer.clone().into(),
+            annotation_prefix: self.annotation_prefix.clone().into(),
+            blocking: shared.blocking.clone(),
             daemons_await_finalizer: true,
             ..SupervisorConfig::default()
         };

@@ -177,9 +177,18 @@ impl Runner {
         self.inner.emit(&self.uid, effect);
     }
 
-    /// Counts, logs and reports a failed invocation.
+    /// Counts, logs and reports a failed invocation, and sends the patch it left pending.
     pub(crate) fn report_failure(&self, err: &HandlerError, verdict: Verdict) {
         self.inner.failures.fetch_add(1, Ordering::Relaxed);
+        if let Some(patch) = err.patch() {
+            let effect = Effect::Output {
+                object: self.reference.clone(),
+                handler: self.spec.id,
+                result: None,
+                patch: Some(patch.clone()),
+            };
+            self.inner.emit(&self.uid, effect);
+        }
         let (object, handler, message) = (&self.reference, self.spec.id, err.report());
         let retry = match verdict {
             Verdict::Ignored => {
