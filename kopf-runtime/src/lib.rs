@@ -12,6 +12,7 @@ mod status;
 
 pub use crate::core::effects::Effect;
 pub use crate::core::handler::{Call, ErasedHandler, Invocation, MatchError, Output, Services};
+pub use crate::core::memo::ObjectMemo;
 pub use crate::core::object::{ObjectError, ObjectRef, ObjectState};
 pub use crate::core::outcome::{BoxError, ErrorKind, HandlerError, HandlerResult};
 pub use crate::core::resource::ResourceInfo;
@@ -25,9 +26,9 @@ pub use crate::core::supervisor::{
     BlockingPool, ShutdownReport, Stats, Supervisor, SupervisorConfig,
 };
 pub use crate::handler::{
-    BlockingSafe, DaemonKind, Data, HandlerReturn, Inject, Live, Patch, Registration, Registry,
-    RegistryError, Retry, Runtime, ScopeKind, Started, StaticResource, TimerKind, TypedHandler,
-    erase,
+    BlockingSafe, DaemonKind, Data, HandlerReturn, Inject, Live, Memo, Patch, Registration,
+    Registry, RegistryError, Retry, Runtime, ScopeKind, Started, StaticResource, TimerKind,
+    TypedHandler, erase,
 };
 pub use crate::operator::{
     EventError, Events, KindStats, LogFormat, LoggingError, Operator, OperatorBuilder,

@@ -183,6 +183,45 @@ async fn a_daemon_awaits_its_finalizer_when_configured_and_timers_do_not() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn the_memo_is_per_object_shared_by_its_handlers_and_kept_across_respawns() {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    let counting = |id: &'static str| {
+        daemon(id).when_run_label().run(|ctx| async move {
+            let n = ctx
+                .inv
+                .memo
+                .get_or_default::<AtomicU32>()
+                .fetch_add(1, Ordering::SeqCst);
+            ctx.note(format!("memo {n}"));
+            ctx.until_stopped().await;
+            ok()
+        })
+    };
+    let h = Harness::new(vec![counting("a"), counting("b")]);
+    h.observe(&Obj::named("u1", "x").label("run", "yes"));
+    h.at(1000).await;
+    h.observe(&Obj::named("u1", "x").label("run", "no").version(2));
+    h.at(2000).await;
+    h.observe(&Obj::named("u1", "x").label("run", "yes").version(3)); // respawn: same memo
+    h.at(3000).await;
+    h.gone("u1");
+    h.observe(&Obj::named("u2", "x").label("run", "yes")); // same name, new object: a new memo
+    h.at(4000).await;
+    let mut seen: Vec<String> = ["a", "b"]
+        .iter()
+        .flat_map(|id| h.log.events(id))
+        .map(|(_, what)| what)
+        .filter(|what| what.starts_with("memo"))
+        .collect();
+    seen.sort();
+    // u1: four starts over two handlers share one counter (0..=3); u2 starts again from 0.
+    assert_eq!(
+        seen,
+        ["memo 0", "memo 0", "memo 1", "memo 1", "memo 2", "memo 3"]
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn rapid_delete_and_recreate_under_one_name_never_doubles_an_instance() {
     let d = stubborn("d", 5);
     let h = Harness::new(vec![d]);

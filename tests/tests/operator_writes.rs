@@ -318,13 +318,17 @@ async fn a_failed_attempt_s_pending_patch_is_applied_before_the_retry() -> anyho
     let op = operator(&ns, &["writes-failing"]).await?.start().await?;
     create(&api, "failing", "a").await?;
     // Each attempt sees the previous one's patch: the count goes up across retries.
-    wait_until("two failed attempts recorded in status", PROMPTLY, || async {
-        status(&api, "failing")
-            .await
-            .get("attempts")
-            .and_then(serde_json::Value::as_u64)
-            .is_some_and(|n| n >= 2)
-    })
+    wait_until(
+        "two failed attempts recorded in status",
+        PROMPTLY,
+        || async {
+            status(&api, "failing")
+                .await
+                .get("attempts")
+                .and_then(serde_json::Value::as_u64)
+                .is_some_and(|n| n >= 2)
+        },
+    )
     .await;
     assert!(op.stats().kinds[0].supervisor.failures >= 2);
     op.shutdown().await;

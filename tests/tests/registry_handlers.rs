@@ -143,6 +143,7 @@ fn invocation(
         started: Instant::now() - Duration::from_secs(3),
         services,
         span: tracing::Span::none(),
+        memo: Arc::default(),
     };
     (invocation, tx)
 }

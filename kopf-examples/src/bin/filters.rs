@@ -9,8 +9,8 @@
 //!   mismatch" and the finalizer is released (no daemon, no reason to block deletion);
 //! - label set back to `true`: a new daemon starts.
 //!
-//! Each daemon writes `status.monitor = {"running": true, "since": <RFC 3339>}` when it starts
-//! and `{"running": false, "reason": "filters mismatch"}` when it stops.
+//! Each daemon writes `status.monitor = {"running": true, "since": "<seconds since the Unix
+//! epoch>"}` when it starts and `{"running": false, "reason": "filters mismatch"}` when it stops.
 //!
 //! The second handler, `annotated_audit`, shows the other filter forms together: an annotation
 //! that must be present, a label predicate (a plain function), a field value and `when`.

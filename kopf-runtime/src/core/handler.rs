@@ -129,6 +129,8 @@ pub struct Invocation {
     /// The instance's span (kind, handler, namespace, name, uid): the handler runs inside it, so
     /// its log lines carry the object. Made once per instance, not per invocation.
     pub span: tracing::Span,
+    /// The object's memo, shared by its handlers (see [`crate::ObjectMemo`]).
+    pub memo: std::sync::Arc<crate::core::memo::ObjectMemo>,
 }
 
 /// Why a handler's filters could not be evaluated for an object.

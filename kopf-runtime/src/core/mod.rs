@@ -5,6 +5,7 @@
 pub(crate) mod effects;
 pub(crate) mod filter;
 pub(crate) mod handler;
+pub(crate) mod memo;
 pub(crate) mod object;
 pub(crate) mod outcome;
 pub(crate) mod resource;

@@ -21,8 +21,9 @@ use crate::core::stop::Stopper;
 /// resource type is `K`.
 ///
 /// The framework implements it for `Arc<K>`, [`Live<K>`], [`Stopper`], [`Patch`],
-/// `kube::Client`, [`ObjectRef`], `tracing::Span`, [`Retry`], [`Started`], [`Runtime`] and
-/// [`Data<T>`]. Implement it for your own types to inject them too.
+/// `kube::Client`, [`ObjectRef`], `tracing::Span`, [`Retry`], [`Started`], [`Runtime`],
+/// [`Events`](crate::Events), [`Memo<T>`](crate::Memo) and [`Data<T>`]. Implement it for your
+/// own types to inject them too.
 ///
 /// ```
 /// use kopf_runtime::{HandlerError, Inject, Invocation};
@@ -41,7 +42,7 @@ use crate::core::stop::Stopper;
 /// # let (_tx, live) = tokio::sync::watch::channel(object.clone());
 /// # let invocation = Invocation { object, live, stopper: kopf_runtime::Stopper::new(),
 /// #     retry: 0, started: tokio::time::Instant::now(), services: Default::default(),
-/// #     span: tracing::Span::none() };
+/// #     span: tracing::Span::none(), memo: Default::default() };
 /// let Name(name) = <Name as Inject<()>>::inject(&invocation).unwrap();
 /// assert_eq!(name, "a");
 /// ```
@@ -50,8 +51,8 @@ use crate::core::stop::Stopper;
     label = "not an injectable parameter type",
     note = "handler parameters are injected by type; injectable are: `Arc<{K}>` (the object), \
             `Live<{K}>` (the latest object), `Stopper`, `Patch`, `kube::Client`, `ObjectRef`, \
-            `tracing::Span` (the per-object logger), `Retry`, `Started`, `Runtime`, and `Data<T>` \
-            (shared state inserted into the operator)"
+            `tracing::Span` (the per-object logger), `Retry`, `Started`, `Runtime`, `Events`, \
+            `Memo<T>` (per-object state), and `Data<T>` (shared state inserted into the operator)"
 )]
 pub trait Inject<K>: Sized {
     /// Builds the parameter for this invocation.
@@ -128,7 +129,8 @@ pub struct Runtime(pub Duration);
 /// #     serde_json::json!({"metadata": {"name": "a", "uid": "u"}})).unwrap());
 /// # let (_tx, live) = tokio::sync::watch::channel(object.clone());
 /// # let invocation = Invocation { object, live, stopper: Stopper::new(), retry: 0,
-/// #     started: tokio::time::Instant::now(), services, span: tracing::Span::none() };
+/// #     started: tokio::time::Instant::now(), services, span: tracing::Span::none(),
+/// #     memo: Default::default() };
 /// let settings = <Data<Settings> as Inject<()>>::inject(&invocation).unwrap();
 /// assert_eq!(settings.greeting, "hi");
 /// ```

@@ -4,6 +4,7 @@
 
 mod inject;
 mod live;
+mod memo;
 mod patch;
 mod registry;
 mod resource;
@@ -12,6 +13,7 @@ mod typed;
 
 pub use inject::{BlockingSafe, Data, Inject, Retry, Runtime, Started};
 pub use live::Live;
+pub use memo::Memo;
 pub use patch::Patch;
 pub use registry::{Registration, Registry, RegistryError};
 pub use resource::{ScopeKind, StaticResource};

@@ -116,6 +116,7 @@ mod tests {
             started: tokio::time::Instant::now(),
             services: Services::default(),
             span: tracing::Span::none(),
+            memo: Arc::default(),
         }
     }
 

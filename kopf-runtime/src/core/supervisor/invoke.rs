@@ -93,6 +93,7 @@ impl Runner {
             started: attempt.started,
             services: self.inner.services.clone(),
             span: self.span.clone(),
+            memo: Arc::clone(&self.memo),
         };
         self.inner.fires.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(

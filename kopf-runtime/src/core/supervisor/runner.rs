@@ -14,6 +14,7 @@ use super::state::{Exit, IdleClock, Inner, InstanceShared, ObjectEntry};
 use super::{daemon, timer};
 use crate::core::effects::Effect;
 use crate::core::handler::{ErasedHandler, Output};
+use crate::core::memo::ObjectMemo;
 use crate::core::object::{ObjectRef, ObjectState};
 use crate::core::outcome::HandlerError;
 use crate::core::spec::{HandlerKind, HandlerSpec};
@@ -30,6 +31,8 @@ pub(crate) struct Runner {
     pub(crate) shared: Arc<InstanceShared>,
     pub(crate) live: watch::Receiver<Arc<ObjectState>>,
     pub(crate) idle: Arc<IdleClock>,
+    /// The object's memo.
+    pub(crate) memo: Arc<ObjectMemo>,
     /// The instance's span, given to every invocation (one per instance: creating a span with
     /// its fields costs microseconds under a formatting subscriber).
     pub(crate) span: tracing::Span,
@@ -91,6 +94,7 @@ impl Runner {
             shared,
             live: entry.live.subscribe(),
             idle: Arc::clone(&entry.idle),
+            memo: Arc::clone(&entry.memo),
             span,
         }
     }

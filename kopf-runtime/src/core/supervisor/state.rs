@@ -13,6 +13,7 @@ use super::config::SupervisorConfig;
 use super::shutdown::ShutdownPhase;
 use crate::core::effects::Effect;
 use crate::core::handler::{ErasedHandler, Services};
+use crate::core::memo::ObjectMemo;
 use crate::core::object::{ObjectRef, ObjectState};
 use crate::core::stop::{StopReason, Stopper};
 
@@ -163,6 +164,8 @@ pub(crate) struct ObjectEntry {
     pub(crate) finalizer_sent: Option<bool>,
     /// Whether the latest version carries the framework's finalizer.
     pub(crate) finalizer_on: bool,
+    /// What the object's handlers keep for it (`Memo<T>`).
+    pub(crate) memo: Arc<ObjectMemo>,
     /// One slot per handler, by handler index.
     pub(crate) slots: Vec<Slot>,
 }
@@ -178,6 +181,7 @@ impl ObjectEntry {
             gone: false,
             finalizer_sent: None,
             finalizer_on: false,
+            memo: Arc::default(),
             slots: (0..handlers).map(|_| Slot::default()).collect(),
         }
     }
