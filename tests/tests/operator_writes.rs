@@ -11,7 +11,7 @@ use std::time::Duration;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kopf_examples::crd::KopfExample;
-use kopf_runtime::{Data, Events, HandlerError, Patch, Stopper, daemon, timer};
+use kopf_runtime::{Data, Events, HandlerError, Live, Patch, Stopper, daemon, timer};
 use kopf_tests::{TestNamespace, wait_until};
 use kube::api::{Api, ListParams, PatchParams};
 use operator_common::*;
@@ -29,6 +29,17 @@ async fn writes_failing(obj: Arc<KopfExample>, patch: Patch) -> Result<(), Handl
         .unwrap_or(0);
     patch.status("attempts", seen + 1);
     Err(HandlerError::msg("not yet"))
+}
+
+/// A blocking daemon that reads its live object and posts an Event from its own thread.
+#[daemon(id = "writes-blocking-events")]
+#[allow(clippy::needless_pass_by_value)] // handler parameters are injected by value
+fn writes_blocking_events(live: Live<KopfExample>, events: Events, stopper: Stopper) {
+    let field = live.get().spec.field.clone().unwrap_or_default();
+    if let Err(err) = events.info_blocking("BlockingHello", format!("field {field}")) {
+        tracing::error!(error = %err, "no event");
+    }
+    while !stopper.wait(Duration::from_secs(60)) {}
 }
 
 #[daemon(id = "writes-flush")]
@@ -331,6 +342,29 @@ async fn a_failed_attempt_s_pending_patch_is_applied_before_the_retry() -> anyho
     )
     .await;
     assert!(op.stats().kinds[0].supervisor.failures >= 2);
+    op.shutdown().await;
+    ns.cleanup().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_blocking_handler_reads_its_live_object_and_posts_events() -> anyhow::Result<()> {
+    let (ns, api) = example_namespace().await?;
+    let op = operator(&ns, &["writes-blocking-events"])
+        .await?
+        .start()
+        .await?;
+    create(&api, "blocking", "from-a-thread").await?;
+    wait_until(
+        "the Event posted from the handler's thread",
+        PROMPTLY,
+        || async {
+            events_about(&ns, "blocking").await.iter().any(|(t, r, n)| {
+                t == "Normal" && r == "BlockingHello" && n == "field from-a-thread"
+            })
+        },
+    )
+    .await;
     op.shutdown().await;
     ns.cleanup().await?;
     Ok(())

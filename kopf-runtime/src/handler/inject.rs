@@ -63,8 +63,10 @@ pub trait Inject<K>: Sized {
     fn inject(invocation: &Invocation) -> Result<Self, HandlerError>;
 }
 
-/// Marks parameter types that blocking (`fn`) handlers may take. Async-only types (like
-/// [`Live`]) leave it out.
+/// Marks parameter types that blocking (`fn`) handlers may take. Every injectable the
+/// framework provides has it (in a blocking handler, `Live::get` and `Events::info_blocking` are
+/// the ways to use `Live` and `Events`); an injectable of your own that only works in async code
+/// leaves it out, and a blocking handler taking it does not compile.
 ///
 /// ```
 /// fn blocking_safe<T: kopf_runtime::BlockingSafe>() {}
@@ -73,8 +75,8 @@ pub trait Inject<K>: Sized {
 #[diagnostic::on_unimplemented(
     message = "`{Self}` can only be used in an `async fn` handler",
     label = "async-only parameter in a blocking handler",
-    note = "a plain `fn` handler runs on its own thread and cannot await; make the handler an \
-            `async fn`, or take `Arc<K>` (the object at the start of the invocation) instead"
+    note = "a plain `fn` handler runs on its own thread and cannot await; this type works only \
+            in async code (it does not implement `BlockingSafe`): make the handler an `async fn`"
 )]
 pub trait BlockingSafe {}
 
@@ -261,6 +263,8 @@ impl<K> Inject<K> for tracing::Span {
 }
 
 impl<K> BlockingSafe for Arc<K> {}
+/// In a blocking handler, [`Live::get`] gives the latest version ([`Live::changed`] is async).
+impl<K> BlockingSafe for Live<K> {}
 impl<T: ?Sized> BlockingSafe for Data<T> {}
 impl BlockingSafe for Stopper {}
 impl BlockingSafe for ObjectRef {}

@@ -16,7 +16,7 @@ use crate::core::handler::Invocation;
 use crate::core::object::{ObjectRef, ObjectState};
 use crate::core::outcome::HandlerError;
 use crate::core::resource::ResourceInfo;
-use crate::handler::Inject;
+use crate::handler::{BlockingSafe, Inject};
 
 /// The longest note the API accepts (1 kB); longer notes are cut.
 const MAX_NOTE: usize = 1024;
@@ -187,6 +187,8 @@ pub(crate) fn reference(info: &ResourceInfo, object: &ObjectRef) -> ObjectRefere
 pub struct Events {
     poster: Arc<EventPoster>,
     regarding: ObjectReference,
+    /// The operator's runtime, for the blocking variants.
+    runtime: Option<tokio::runtime::Handle>,
 }
 
 impl std::fmt::Debug for Events {
@@ -213,7 +215,11 @@ impl Events {
             uid: Some(reference.uid.to_string()),
             ..ObjectReference::default()
         };
-        Self { poster, regarding }
+        Self {
+            poster,
+            regarding,
+            runtime: tokio::runtime::Handle::try_current().ok(),
+        }
     }
 
     /// Posts a `Normal` event.
@@ -254,22 +260,82 @@ impl Events {
         self.post(EventType::Warning, reason, note.into()).await
     }
 
+    /// [`Events::info`] for blocking (`fn`) handlers: posts and waits for the answer on the
+    /// handler's own thread.
+    ///
+    /// ```no_run
+    /// fn demo(events: kopf_runtime::Events) -> Result<(), kopf_runtime::EventError> {
+    ///     events.info_blocking("Copied", "42 files")
+    /// }
+    /// # let _ = demo;
+    /// ```
+    ///
+    /// # Errors
+    /// [`EventError`] if the API server rejects the event.
+    ///
+    /// # Panics
+    /// When called from async code (a task of a tokio runtime): use [`Events::info`] there.
+    pub fn info_blocking(&self, reason: &str, note: impl Into<String>) -> Result<(), EventError> {
+        self.post_blocking(EventType::Normal, reason, note.into())
+    }
+
+    /// [`Events::warning`] for blocking (`fn`) handlers (see [`Events::info_blocking`]).
+    ///
+    /// ```no_run
+    /// fn demo(events: kopf_runtime::Events) -> Result<(), kopf_runtime::EventError> {
+    ///     events.warning_blocking("CopyFailed", "the disk is full")
+    /// }
+    /// # let _ = demo;
+    /// ```
+    ///
+    /// # Errors
+    /// [`EventError`] if the API server rejects the event.
+    ///
+    /// # Panics
+    /// When called from async code (a task of a tokio runtime): use [`Events::warning`] there.
+    pub fn warning_blocking(
+        &self,
+        reason: &str,
+        note: impl Into<String>,
+    ) -> Result<(), EventError> {
+        self.post_blocking(EventType::Warning, reason, note.into())
+    }
+
+    fn post_blocking(
+        &self,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) -> Result<(), EventError> {
+        match &self.runtime {
+            Some(runtime) => runtime.block_on(self.post(type_, reason, note)),
+            None => Err(self.error(kube::Error::Service(
+                "these Events were made outside the operator's runtime".into(),
+            ))),
+        }
+    }
+
+    fn error(&self, source: kube::Error) -> EventError {
+        let name = self.regarding.name.clone().unwrap_or_default();
+        EventError {
+            object: match &self.regarding.namespace {
+                Some(ns) => format!("{ns}/{name}"),
+                None => name,
+            },
+            source,
+        }
+    }
+
     async fn post(&self, type_: EventType, reason: &str, note: String) -> Result<(), EventError> {
         self.poster
             .post(&self.regarding, type_, reason, reason, note)
             .await
-            .map_err(|source| EventError {
-                object: match &self.regarding.namespace {
-                    Some(ns) => format!(
-                        "{ns}/{}",
-                        self.regarding.name.as_deref().unwrap_or_default()
-                    ),
-                    None => self.regarding.name.clone().unwrap_or_default(),
-                },
-                source,
-            })
+            .map_err(|source| self.error(source))
     }
 }
+
+/// Blocking handlers post with [`Events::info_blocking`] and [`Events::warning_blocking`].
+impl BlockingSafe for Events {}
 
 impl<K> Inject<K> for Events {
     fn inject(invocation: &Invocation) -> Result<Self, HandlerError> {

@@ -1,13 +1,18 @@
 #![allow(unused)]
 
-use std::sync::Arc;
-
 use k8s_openapi::api::core::v1::Pod;
-use kopf_runtime::{Stopper, daemon, timer};
+use kopf_runtime::{HandlerError, Inject, Invocation, Stopper, daemon};
 
-use kopf_runtime::Live;
+/// An injectable of the user's own that works only in async code (no `BlockingSafe`).
+struct AsyncOnly;
+
+impl<K> Inject<K> for AsyncOnly {
+    fn inject(_: &Invocation) -> Result<Self, HandlerError> {
+        Ok(AsyncOnly)
+    }
+}
 
 #[daemon]
-fn monitor(pod: Live<Pod>, stopper: Stopper) {}
+fn monitor(pod: std::sync::Arc<Pod>, only: AsyncOnly, stopper: Stopper) {}
 
 fn main() {}

@@ -3,7 +3,8 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kopf_runtime::{
-    Data, Live, ObjectRef, Patch, Registry, Retry, Runtime, Started, Stopper, daemon, timer,
+    Data, Events, Live, Memo, ObjectRef, Patch, Registry, Retry, Runtime, Started, Stopper,
+    daemon, timer,
 };
 
 struct Shared;
@@ -22,8 +23,11 @@ async fn everything_async(
     started: Started,
     runtime: Runtime,
     shared: Data<Shared>,
+    events: Events,
+    memo: Memo<std::sync::atomic::AtomicU32>,
 ) {
     let _ = (live, object, client, reference, logger, retry, started, runtime, shared);
+    let _ = (events, memo);
     patch.status("done", true);
     stopper.stopped().await;
 }
@@ -41,8 +45,12 @@ fn everything_blocking(
     patch: Patch,
     object: Arc<ConfigMap>,
     stopper: Stopper,
+    live: Live<ConfigMap>,
+    events: Events,
+    memo: Memo<std::sync::Mutex<String>>,
 ) -> Result<u32, std::io::Error> {
     let _ = (shared, runtime, started, logger, reference, client, patch, object, stopper);
+    let _ = (live.get(), events.info_blocking("Ran", "once"), memo);
     Ok(retry.0)
 }
 
