@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use kopf_runtime::{ErrorsMode, HandlerError, StopReason};
+use kopf_runtime::{ErrorsMode, HandlerError, StopReason, SupervisorConfig};
 use serde_json::json;
 
 fn waiting_daemon(id: &'static str) -> H {
@@ -526,4 +526,24 @@ async fn a_retryable_failure_while_stopping_is_final() {
     assert_eq!(h.log.call_times("d"), vec![0]);
     assert_eq!(h.failures("d"), vec![(1000, true)]);
     assert_eq!(h.finalizer("u1"), vec![(0, true), (1000, false)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_operator_s_default_backoff_applies_where_a_handler_sets_none() {
+    let failing =
+        |id: &'static str| daemon(id).run(|_| async { Err(HandlerError::msg("not yet")) });
+    let config = SupervisorConfig {
+        default_backoff: Some(secs(3)),
+        ..common::config()
+    };
+    let own = failing("own").with(|s| (s.backoff, s.backoff_set) = (secs(5), true));
+    let h = Harness::with_config(vec![failing("default"), own], config);
+    h.observe(&Obj::new("u1"));
+    h.at(10_500).await;
+    assert_eq!(h.log.call_times("default"), vec![0, 3000, 6000, 9000]);
+    assert_eq!(
+        h.log.call_times("own"),
+        vec![0, 5000, 10_000],
+        "its own backoff wins"
+    );
 }

@@ -12,7 +12,7 @@ async fn watch_pods(pod: Arc<Pod>, stopper: Stopper) {
     stopper.stopped().await;
 }
 
-#[timer(id = "audit-namespaces", interval = "1m")]
+#[timer(id = "audit-namespaces", interval = "1m", backoff = "7s")]
 fn audit(namespace: Arc<Namespace>) -> Result<usize, std::io::Error> {
     Ok(namespace.metadata.name.as_deref().map_or(0, str::len))
 }
@@ -44,6 +44,9 @@ fn all_handlers_are_found_sorted_by_id() {
     let audit = registry.get("audit-namespaces").unwrap();
     assert_eq!(audit.spec().kind, HandlerKind::Timer);
     assert!(audit.spec().blocking);
+    // A backoff given in the attribute wins over an operator-wide default; none given: it applies.
+    assert!(audit.spec().backoff_set && audit.spec().backoff.as_secs() == 7);
+    assert!(!registry.get("watch_pods").unwrap().spec().backoff_set);
     assert_eq!(
         audit.resource(),
         ResourceInfo::new("", "v1", "Namespace", "namespaces", false)

@@ -101,6 +101,7 @@ pub(crate) fn spec(model: &HandlerModel) -> TokenStream {
     let backoff = model
         .backoff
         .map_or_else(|| quote!(#krate::HandlerSpec::DEFAULT_BACKOFF), duration);
+    let backoff_set = model.backoff.is_some();
     let retries = match model.retries {
         Some(n) => quote!(::core::option::Option::Some(#n)),
         None => quote!(::core::option::Option::None),
@@ -132,6 +133,7 @@ pub(crate) fn spec(model: &HandlerModel) -> TokenStream {
             blocking: #blocking,
             errors: #errors,
             backoff: #backoff,
+            backoff_set: #backoff_set,
             retries: #retries,
             retry_timeout: #retry_timeout,
             timeout: #timeout,

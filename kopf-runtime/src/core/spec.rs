@@ -150,6 +150,9 @@ pub struct HandlerSpec {
     pub errors: ErrorsMode,
     /// The delay before retrying after an arbitrary error.
     pub backoff: Duration,
+    /// Whether `backoff` was given for this handler; if not, an operator-wide default
+    /// (`SupervisorConfig::default_backoff`, `OperatorBuilder::default_backoff`) applies.
+    pub backoff_set: bool,
     /// The number of attempts in total before a failure becomes final (`None`: unlimited).
     pub retries: Option<u32>,
     /// The total time across retries, from the first attempt, after which a failure is final.
@@ -199,6 +202,7 @@ impl HandlerSpec {
             blocking: false,
             errors: ErrorsMode::Temporary,
             backoff: Self::DEFAULT_BACKOFF,
+            backoff_set: false,
             retries: None,
             retry_timeout: None,
             timeout: None,

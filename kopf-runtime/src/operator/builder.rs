@@ -53,6 +53,7 @@ pub struct OperatorBuilder {
     pub(crate) max_concurrent_handlers: Option<usize>,
     pub(crate) max_blocking_threads: usize,
     pub(crate) annotation_prefix: String,
+    pub(crate) default_backoff: Option<Duration>,
     pub(crate) log_format: Option<LogFormat>,
     pub(crate) error_causes_in_events: bool,
 }
@@ -96,6 +97,7 @@ impl Default for OperatorBuilder {
             max_concurrent_handlers: None,
             max_blocking_threads: BlockingPool::DEFAULT_CAPACITY,
             annotation_prefix: "kopf.dev/".to_owned(),
+            default_backoff: None,
             log_format: None,
             error_causes_in_events: false,
         }
@@ -343,6 +345,20 @@ impl OperatorBuilder {
     /// ```
     pub fn max_blocking_threads(mut self, threads: usize) -> Self {
         self.max_blocking_threads = threads;
+        self
+    }
+
+    /// The retry delay after an arbitrary error for every handler that sets no `backoff` of
+    /// its own (default: kopf's 60 s). A handler's `backoff = "..."` wins; a
+    /// `HandlerError::temporary` error's own delay wins over both; never less than 1 s.
+    ///
+    /// ```
+    /// let builder = kopf_runtime::Operator::builder()
+    ///     .default_backoff(std::time::Duration::from_secs(10));
+    /// # drop(builder);
+    /// ```
+    pub fn default_backoff(mut self, backoff: Duration) -> Self {
+        self.default_backoff = Some(backoff);
         self
     }
 

@@ -177,6 +177,7 @@ impl OperatorBuilder {
             shutdown_timeout: self.shutdown_timeout.saturating_sub(Duration::from_secs(1)),
             finalizer: shared.identity.finalizer.clone().into(),
             annotation_prefix: self.annotation_prefix.clone().into(),
+            default_backoff: self.default_backoff,
             blocking: shared.blocking.clone(),
             daemons_await_finalizer: true,
             ..SupervisorConfig::default()

@@ -38,6 +38,9 @@ pub struct SupervisorConfig {
     /// so a daemon never runs for an object that could be deleted without waiting for it.
     /// Timers and `finalizer = false` daemons start at once either way.
     pub daemons_await_finalizer: bool,
+    /// The retry delay of handlers that set no `backoff` of their own (`None`: kopf's 60 s,
+    /// `HandlerSpec::DEFAULT_BACKOFF`).
+    pub default_backoff: Option<Duration>,
 }
 
 impl SupervisorConfig {
@@ -54,6 +57,7 @@ impl Default for SupervisorConfig {
             finalizer: Cow::Borrowed("kopf.dev/finalizer"),
             annotation_prefix: Cow::Borrowed("kopf.dev/"),
             daemons_await_finalizer: false,
+            default_backoff: None,
         }
     }
 }

@@ -32,7 +32,14 @@ pub(crate) async fn run(runner: &mut Runner) -> Exit {
             }
             AttemptEnd::Finished(Err(err)) => err,
         };
-        let verdict = judge(err.kind(), runner.spec, retry, started, Instant::now());
+        let verdict = judge(
+            err.kind(),
+            runner.spec,
+            runner.backoff(),
+            retry,
+            started,
+            Instant::now(),
+        );
         runner.report_failure(&err, verdict);
         let Verdict::Retry { delay } = verdict else {
             return runner.finished();

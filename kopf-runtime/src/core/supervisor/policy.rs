@@ -34,6 +34,7 @@ pub(crate) enum Verdict {
 pub(crate) fn judge(
     kind: ErrorKind,
     spec: &HandlerSpec,
+    backoff: Duration,
     retry: u32,
     started: Instant,
     now: Instant,
@@ -41,7 +42,7 @@ pub(crate) fn judge(
     let delay = match (kind, spec.errors) {
         (ErrorKind::Permanent, _) => return Verdict::Permanent,
         (ErrorKind::Temporary { delay }, _) => delay,
-        (ErrorKind::Other | ErrorKind::Timeout, ErrorsMode::Temporary) => spec.backoff,
+        (ErrorKind::Other | ErrorKind::Timeout, ErrorsMode::Temporary) => backoff,
         (ErrorKind::Other | ErrorKind::Timeout, ErrorsMode::Permanent) => {
             return Verdict::Permanent;
         }
@@ -76,17 +77,20 @@ mod tests {
     fn temporary_errors_retry_after_their_delay_clamped_to_a_second() {
         let t = Instant::now();
         assert_eq!(
-            judge(tmp(5), &SPEC, 0, t, t),
+            judge(tmp(5), &SPEC, SPEC.backoff, 0, t, t),
             Verdict::Retry { delay: S(5) }
         );
         assert_eq!(
-            judge(tmp(0), &SPEC, 7, t, t),
+            judge(tmp(0), &SPEC, SPEC.backoff, 7, t, t),
             Verdict::Retry { delay: S(1) }
         );
         let half = ErrorKind::Temporary {
             delay: Duration::from_millis(500),
         };
-        assert_eq!(judge(half, &SPEC, 0, t, t), Verdict::Retry { delay: S(1) });
+        assert_eq!(
+            judge(half, &SPEC, SPEC.backoff, 0, t, t),
+            Verdict::Retry { delay: S(1) }
+        );
     }
 
     #[test]
@@ -97,11 +101,11 @@ mod tests {
             ..SPEC
         };
         assert_eq!(
-            judge(ErrorKind::Other, &spec, 0, t, t),
+            judge(ErrorKind::Other, &spec, spec.backoff, 0, t, t),
             Verdict::Retry { delay: S(7) }
         );
         assert_eq!(
-            judge(ErrorKind::Timeout, &spec, 0, t, t),
+            judge(ErrorKind::Timeout, &spec, spec.backoff, 0, t, t),
             Verdict::Retry { delay: S(7) }
         );
         let zero = HandlerSpec {
@@ -109,29 +113,35 @@ mod tests {
             ..SPEC
         };
         assert_eq!(
-            judge(ErrorKind::Other, &zero, 0, t, t),
+            judge(ErrorKind::Other, &zero, zero.backoff, 0, t, t),
             Verdict::Retry { delay: S(1) }
         );
         let perm = HandlerSpec {
             errors: ErrorsMode::Permanent,
             ..SPEC
         };
-        assert_eq!(judge(ErrorKind::Other, &perm, 0, t, t), Verdict::Permanent);
         assert_eq!(
-            judge(ErrorKind::Timeout, &perm, 0, t, t),
+            judge(ErrorKind::Other, &perm, perm.backoff, 0, t, t),
             Verdict::Permanent
         );
         assert_eq!(
-            judge(tmp(3), &perm, 0, t, t),
+            judge(ErrorKind::Timeout, &perm, perm.backoff, 0, t, t),
+            Verdict::Permanent
+        );
+        assert_eq!(
+            judge(tmp(3), &perm, perm.backoff, 0, t, t),
             Verdict::Retry { delay: S(3) }
         );
         let ign = HandlerSpec {
             errors: ErrorsMode::Ignored,
             ..SPEC
         };
-        assert_eq!(judge(ErrorKind::Other, &ign, 0, t, t), Verdict::Ignored);
         assert_eq!(
-            judge(ErrorKind::Permanent, &ign, 0, t, t),
+            judge(ErrorKind::Other, &ign, ign.backoff, 0, t, t),
+            Verdict::Ignored
+        );
+        assert_eq!(
+            judge(ErrorKind::Permanent, &ign, ign.backoff, 0, t, t),
             Verdict::Permanent
         );
     }
@@ -144,19 +154,25 @@ mod tests {
             ..SPEC
         };
         assert_eq!(
-            judge(tmp(1), &spec, 0, t, t),
+            judge(tmp(1), &spec, spec.backoff, 0, t, t),
             Verdict::Retry { delay: S(1) }
         );
         assert_eq!(
-            judge(tmp(1), &spec, 1, t, t),
+            judge(tmp(1), &spec, spec.backoff, 1, t, t),
             Verdict::Retry { delay: S(1) }
         );
-        assert_eq!(judge(tmp(1), &spec, 2, t, t), Verdict::Exhausted);
+        assert_eq!(
+            judge(tmp(1), &spec, spec.backoff, 2, t, t),
+            Verdict::Exhausted
+        );
         let one = HandlerSpec {
             retries: Some(1),
             ..SPEC
         };
-        assert_eq!(judge(ErrorKind::Other, &one, 0, t, t), Verdict::Exhausted);
+        assert_eq!(
+            judge(ErrorKind::Other, &one, one.backoff, 0, t, t),
+            Verdict::Exhausted
+        );
     }
 
     #[test]
@@ -167,14 +183,20 @@ mod tests {
             ..SPEC
         };
         assert_eq!(
-            judge(tmp(5), &spec, 0, t, t),
+            judge(tmp(5), &spec, spec.backoff, 0, t, t),
             Verdict::Retry { delay: S(5) }
         );
         assert_eq!(
-            judge(tmp(5), &spec, 1, t, t + S(4)),
+            judge(tmp(5), &spec, spec.backoff, 1, t, t + S(4)),
             Verdict::Retry { delay: S(5) }
         );
-        assert_eq!(judge(tmp(5), &spec, 1, t, t + S(5)), Verdict::Exhausted);
-        assert_eq!(judge(tmp(5), &spec, 1, t, t + S(6)), Verdict::Exhausted);
+        assert_eq!(
+            judge(tmp(5), &spec, spec.backoff, 1, t, t + S(5)),
+            Verdict::Exhausted
+        );
+        assert_eq!(
+            judge(tmp(5), &spec, spec.backoff, 1, t, t + S(6)),
+            Verdict::Exhausted
+        );
     }
 }

@@ -124,6 +124,15 @@ impl Runner {
         }
     }
 
+    /// The retry delay of arbitrary errors: the handler's own `backoff`, or the operator's
+    /// default for handlers that set none.
+    pub(crate) fn backoff(&self) -> Duration {
+        match self.inner.config.default_backoff {
+            Some(default) if !self.spec.backoff_set => default,
+            _ => self.spec.backoff,
+        }
+    }
+
     pub(crate) fn kind(&self) -> &'static str {
         self.spec.kind.as_str()
     }

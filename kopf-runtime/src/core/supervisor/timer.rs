@@ -164,7 +164,14 @@ async fn cycle(runner: &Runner, position: &mut Option<Position>) -> Cycle {
             }
             AttemptEnd::Finished(Err(err)) => err,
         };
-        let verdict = judge(err.kind(), runner.spec, retry, started, Instant::now());
+        let verdict = judge(
+            err.kind(),
+            runner.spec,
+            runner.backoff(),
+            retry,
+            started,
+            Instant::now(),
+        );
         runner.report_failure(&err, verdict);
         match verdict {
             Verdict::Retry { delay } => {
