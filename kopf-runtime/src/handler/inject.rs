@@ -80,6 +80,10 @@ pub trait Inject<K>: Sized {
 )]
 pub trait BlockingSafe {}
 
+/// Compile-time check emitted for each parameter of a blocking handler.
+#[doc(hidden)]
+pub const fn assert_blocking_safe<T: BlockingSafe>() {}
+
 /// Which attempt of the current cycle this is, from 0 (kopf's `retry`).
 ///
 /// ```

@@ -11,11 +11,11 @@ mod resource;
 mod scope;
 mod typed;
 
-pub use inject::{BlockingSafe, Data, Inject, Retry, Runtime, Started};
+pub use inject::{BlockingSafe, Data, Inject, Retry, Runtime, Started, assert_blocking_safe};
 pub use live::Live;
 pub use memo::Memo;
 pub use patch::Patch;
 pub use registry::{Registration, Registry, RegistryError};
 pub use resource::{ScopeKind, StaticResource};
-pub use scope::{DaemonKind, HandlerReturn, Scope, TimerKind, assert_blocking_safe};
+pub use scope::{DaemonKind, HandlerReturn, Scope, TimerKind};
 pub use typed::{TypedHandler, erase};

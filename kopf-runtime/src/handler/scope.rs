@@ -162,7 +162,3 @@ impl<T: Serialize, E: Into<HandlerError>> HandlerReturn<TimerKind> for Result<T,
         Ok((!value.is_null()).then_some(value))
     }
 }
-
-/// Compile-time check emitted for each parameter of a blocking handler.
-#[doc(hidden)]
-pub const fn assert_blocking_safe<T: super::inject::BlockingSafe>() {}

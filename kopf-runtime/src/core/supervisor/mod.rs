@@ -17,11 +17,13 @@ mod invoke;
 mod ladder;
 mod object;
 mod policy;
+mod report;
 mod runner;
 mod schedule;
 mod shutdown;
 mod state;
 mod stats;
+mod task;
 mod timer;
 
 use std::fmt;
@@ -33,7 +35,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use self::blocking::BlockingPool;
 pub use self::config::SupervisorConfig;
-pub use self::shutdown::ShutdownReport;
+pub use self::report::ShutdownReport;
 use self::state::{Inner, State};
 pub use self::stats::Stats;
 use crate::core::effects::Effect;

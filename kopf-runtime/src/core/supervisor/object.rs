@@ -211,7 +211,7 @@ impl Inner {
         let shared = Arc::new(InstanceShared::default());
         let runner = Runner::new(self, entry, index, Arc::clone(&shared));
         entry.slots[index].run = Run::Active(Active { shared });
-        tokio::spawn(runner.run());
+        tokio::spawn(super::task::run(runner));
     }
 
     /// An instance's task ended (or was abandoned): update the slot and react at once.

@@ -11,14 +11,12 @@ use tokio::time::Instant;
 
 use super::policy::Verdict;
 use super::state::{Exit, IdleClock, Inner, InstanceShared, ObjectEntry};
-use super::{daemon, timer};
 use crate::core::effects::Effect;
 use crate::core::handler::{ErasedHandler, Output};
 use crate::core::memo::ObjectMemo;
 use crate::core::object::{ObjectRef, ObjectState};
 use crate::core::outcome::HandlerError;
-use crate::core::spec::{HandlerKind, HandlerSpec};
-use crate::core::stop::StopReason;
+use crate::core::spec::HandlerSpec;
 
 /// The context of one instance's task.
 pub(crate) struct Runner {
@@ -50,31 +48,6 @@ fn instance_span(reference: &ObjectRef, spec: &HandlerSpec) -> tracing::Span {
     )
 }
 
-/// The instance's task state: its runner, and how it ended. Dropping it (however the task
-/// ends, also when the runtime drops it) reports the end to the supervisor.
-struct Task {
-    runner: Runner,
-    exit: Exit,
-}
-
-impl Task {
-    /// Records how the instance ended (reported when the task is dropped).
-    fn ended(&mut self, exit: Exit) {
-        self.exit = exit;
-    }
-}
-
-impl Drop for Task {
-    fn drop(&mut self) {
-        let runner = &self.runner;
-        // A thread left behind keeps seeing its flag set.
-        runner.shared.stop(StopReason::DONE);
-        runner
-            .inner
-            .instance_exited(&runner.uid, runner.index, &runner.shared, self.exit);
-    }
-}
-
 impl Runner {
     pub(crate) fn new(
         inner: &Arc<Inner>,
@@ -96,31 +69,6 @@ impl Runner {
             idle: Arc::clone(&entry.idle),
             memo: Arc::clone(&entry.memo),
             span,
-        }
-    }
-
-    /// The instance's task.
-    ///
-    /// Not an `async fn`: its future would hold the runner twice (the argument, and the
-    /// moved-in local); this one captures the task state once.
-    pub(crate) fn run(self) -> impl Future<Output = ()> + Send + 'static {
-        let mut task = Task {
-            runner: self,
-            exit: Exit::Dropped,
-        };
-        async move {
-            let runner = &mut task.runner;
-            let (reference, id, kind) = (&runner.reference, runner.spec.id, runner.kind());
-            tracing::debug!(object = %reference, handler = id, "{kind} started");
-            let exit = match runner.spec.kind {
-                // Boxed: a daemon lives inside its (large) invocation future, so the task
-                // itself is sized for a timer, whose future between runs is small.
-                HandlerKind::Daemon => Box::pin(daemon::run(runner)).await,
-                HandlerKind::Timer => timer::run(runner).await,
-            };
-            let (reference, id, kind) = (&runner.reference, runner.spec.id, runner.kind());
-            tracing::debug!(object = %reference, handler = id, exit = ?exit, "{kind} ended");
-            task.ended(exit);
         }
     }
 

@@ -4,43 +4,11 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
+use super::report::{ShutdownPhase, ShutdownReport};
 use super::state::{Exit, Inner, Run, State};
 use crate::core::object::ObjectRef;
 use crate::core::spec::HandlerKind;
 use crate::core::stop::StopReason;
-
-/// What [`crate::Supervisor::shutdown`] did with each instance that was alive when it began
-/// (or that was still stopping), as `(object, handler id)` pairs sorted by object and handler.
-///
-/// ```
-/// use kopf_runtime::ShutdownReport;
-/// let report = ShutdownReport::default();
-/// assert!(report.exited.is_empty() && report.cancelled.is_empty() && report.abandoned.is_empty());
-/// ```
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ShutdownReport {
-    /// Exited by themselves after the stop flag (or were between runs, or queued).
-    pub exited: Vec<(ObjectRef, &'static str)>,
-    /// Cancelled by their stop ladder and then gone.
-    pub cancelled: Vec<(ObjectRef, &'static str)>,
-    /// Abandoned: by their ladder, or still running at the shutdown deadline.
-    pub abandoned: Vec<(ObjectRef, &'static str)>,
-}
-
-/// Where the supervisor is in its shutdown.
-#[derive(Debug)]
-pub(crate) enum ShutdownPhase {
-    NotStarted,
-    /// Stopping; the report fills as instances end.
-    Running(ShutdownReport),
-    Done(ShutdownReport),
-}
-
-impl ShutdownPhase {
-    pub(crate) fn allows_spawning(&self) -> bool {
-        matches!(self, Self::NotStarted)
-    }
-}
 
 /// What a shutdown request found.
 enum Begin {

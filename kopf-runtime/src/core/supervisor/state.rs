@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::config::SupervisorConfig;
-use super::shutdown::ShutdownPhase;
+use super::report::ShutdownPhase;
 use crate::core::effects::Effect;
 use crate::core::handler::{ErasedHandler, Services};
 use crate::core::memo::ObjectMemo;
