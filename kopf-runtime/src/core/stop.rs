@@ -82,7 +82,7 @@ struct State {
 /// checks, a condvar for blocking waiters, a `Notify` for async waiters, and a cancellation
 /// token made only when somebody asks for one.
 #[derive(Debug, Default)]
-struct Inner {
+struct FlagState {
     state: Mutex<State>,
     set: AtomicBool,
     cond: Condvar,
@@ -107,7 +107,7 @@ struct Inner {
 /// ```
 #[derive(Clone, Default)]
 pub struct Stopper {
-    inner: Arc<Inner>,
+    inner: Arc<FlagState>,
 }
 
 impl fmt::Debug for Stopper {

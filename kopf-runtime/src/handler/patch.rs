@@ -32,10 +32,10 @@ use crate::core::sink::{PatchError, PatchSinkHandle};
 /// ```
 #[derive(Clone)]
 pub struct Patch {
-    inner: Arc<Mutex<Inner>>,
+    inner: Arc<Mutex<PatchState>>,
 }
 
-struct Inner {
+struct PatchState {
     object: ObjectRef,
     pending: Map<String, Value>,
     invalid: Option<String>,
@@ -89,7 +89,7 @@ impl Patch {
 
     fn with_sink(object: ObjectRef, sink: Option<PatchSinkHandle>) -> Self {
         let runtime = tokio::runtime::Handle::try_current().ok();
-        let inner = Inner {
+        let inner = PatchState {
             object,
             pending: Map::new(),
             invalid: None,
@@ -101,7 +101,7 @@ impl Patch {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Inner> {
+    fn lock(&self) -> MutexGuard<'_, PatchState> {
         // Plain data: a panic while holding the lock cannot leave it inconsistent.
         lock(&self.inner)
     }

@@ -23,7 +23,7 @@ use super::watched::Watched;
 
 /// What to watch of a kind: the namespaces (empty: all) and a label selector.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Scope {
+pub(crate) struct WatchScope {
     pub(crate) namespaces: Vec<String>,
     pub(crate) label_selector: Option<String>,
 }
@@ -35,7 +35,7 @@ pub(crate) struct Scope {
 /// leaves nothing half-done.
 pub(crate) async fn serve(
     state: Arc<KindState>,
-    scope: Scope,
+    scope: WatchScope,
     health: Arc<KindHealth>,
     ids: Vec<&'static str>,
     stop: CancellationToken,

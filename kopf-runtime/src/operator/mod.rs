@@ -5,11 +5,11 @@
 
 mod api;
 mod builder;
+mod cap;
 mod error;
 mod events;
 mod finalizer;
 mod handle;
-mod handlers;
 mod health;
 mod identity;
 mod jobs;

@@ -13,13 +13,13 @@ use tracing::{error, info};
 
 use super::api::{RetrySettings, Writer, api_resource};
 use super::builder::OperatorBuilder;
+use super::cap::Capped;
 use super::error::OperatorError;
 use super::events::EventPoster;
 use super::handle::Operator;
-use super::handlers::Capped;
 use super::health::{self, Health, KindHealth};
 use super::identity::Identity;
-use super::kind::{self, Scope};
+use super::kind::{self, WatchScope};
 use super::limits::{RateLimitLayer, RateLimiter};
 use super::logging::init_logging;
 use super::objects::KindState;
@@ -198,7 +198,7 @@ impl OperatorBuilder {
                 effects_state.effect(effect);
             }
         });
-        let scope = Scope {
+        let scope = WatchScope {
             namespaces: self.namespaces.clone(),
             label_selector: self.label_selector.clone(),
         };

@@ -36,7 +36,7 @@ use tokio_util::sync::CancellationToken;
 pub use self::blocking::BlockingPool;
 pub use self::config::SupervisorConfig;
 pub use self::report::ShutdownReport;
-use self::state::{Inner, State};
+use self::state::{State, SupervisorCore};
 pub use self::stats::Stats;
 use crate::core::effects::Effect;
 use crate::core::handler::{ErasedHandler, Services};
@@ -96,8 +96,8 @@ pub struct Supervisor {
     owner: Arc<Owner>,
 }
 
-/// Stops everything when the last user handle goes away (tasks hold `Inner`, not `Owner`).
-struct Owner(Arc<Inner>);
+/// Stops everything when the last user handle goes away (tasks hold `SupervisorCore`, not `Owner`).
+struct Owner(Arc<SupervisorCore>);
 
 impl Drop for Owner {
     fn drop(&mut self) {
@@ -144,7 +144,7 @@ impl Supervisor {
         let rng = config
             .seed
             .map_or_else(fastrand::Rng::new, fastrand::Rng::with_seed);
-        let inner = Inner {
+        let inner = SupervisorCore {
             handlers,
             services,
             config,
@@ -167,7 +167,7 @@ impl Supervisor {
         )
     }
 
-    fn inner(&self) -> &Arc<Inner> {
+    fn inner(&self) -> &Arc<SupervisorCore> {
         &self.owner.0
     }
 

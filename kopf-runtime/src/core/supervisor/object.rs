@@ -9,7 +9,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::essence;
 use super::runner::Runner;
-use super::state::{Active, Exit, Inner, InstanceShared, Lingering, ObjectEntry, Run, Seen, State};
+use super::state::{
+    Active, Exit, InstanceShared, Lingering, ObjectEntry, Run, Seen, State, SupervisorCore,
+};
 use crate::core::effects::Effect;
 use crate::core::handler::MatchError;
 use crate::core::object::ObjectState;
@@ -24,7 +26,7 @@ enum Match {
     Skip(String, String),
 }
 
-impl Inner {
+impl SupervisorCore {
     /// A new version of an object (see `Supervisor::observe`).
     pub(crate) fn observe(self: &Arc<Self>, object: ObjectState) {
         let object = Arc::new(object);
@@ -122,7 +124,7 @@ impl Inner {
         self.reconcile_with(state, uid, true);
     }
 
-    /// [`Inner::reconcile`], optionally without starting anything.
+    /// [`SupervisorCore::reconcile`], optionally without starting anything.
     fn reconcile_with(self: &Arc<Self>, state: &mut State, uid: &Arc<str>, spawn: bool) {
         let may_spawn = spawn && !state.paused && state.shutdown.allows_spawning();
         let paused = state.paused;

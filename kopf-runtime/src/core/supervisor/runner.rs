@@ -10,7 +10,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::policy::Verdict;
-use super::state::{Exit, IdleClock, Inner, InstanceShared, ObjectEntry};
+use super::state::{Exit, IdleClock, InstanceShared, ObjectEntry, SupervisorCore};
 use crate::core::effects::Effect;
 use crate::core::handler::{ErasedHandler, Output};
 use crate::core::memo::ObjectMemo;
@@ -20,7 +20,7 @@ use crate::core::spec::HandlerSpec;
 
 /// The context of one instance's task.
 pub(crate) struct Runner {
-    pub(crate) inner: Arc<Inner>,
+    pub(crate) inner: Arc<SupervisorCore>,
     pub(crate) uid: Arc<str>,
     pub(crate) reference: ObjectRef,
     pub(crate) index: usize,
@@ -50,7 +50,7 @@ fn instance_span(reference: &ObjectRef, spec: &HandlerSpec) -> tracing::Span {
 
 impl Runner {
     pub(crate) fn new(
-        inner: &Arc<Inner>,
+        inner: &Arc<SupervisorCore>,
         entry: &ObjectEntry,
         index: usize,
         shared: Arc<InstanceShared>,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::report::{ShutdownPhase, ShutdownReport};
-use super::state::{Exit, Inner, Run, State};
+use super::state::{Exit, Run, State, SupervisorCore};
 use crate::core::object::ObjectRef;
 use crate::core::spec::HandlerKind;
 use crate::core::stop::StopReason;
@@ -43,7 +43,7 @@ impl State {
     }
 }
 
-impl Inner {
+impl SupervisorCore {
     /// See `Supervisor::shutdown`.
     pub(crate) async fn shutdown(self: &Arc<Self>) -> ShutdownReport {
         match self.begin_shutdown() {

@@ -18,7 +18,7 @@ use crate::core::object::{ObjectRef, ObjectState};
 use crate::core::stop::{StopReason, Stopper};
 
 /// Everything the supervisor handle and its tasks share.
-pub(crate) struct Inner {
+pub(crate) struct SupervisorCore {
     pub(crate) handlers: Vec<Arc<dyn ErasedHandler>>,
     pub(crate) services: Services,
     pub(crate) config: SupervisorConfig,
@@ -41,7 +41,7 @@ pub(crate) struct Inner {
     pub(crate) needs_essence: bool,
 }
 
-impl Inner {
+impl SupervisorCore {
     /// The state, also after a panic elsewhere (every update keeps it consistent).
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
         lock(&self.state)
@@ -56,7 +56,7 @@ impl Inner {
     }
 }
 
-/// Mutable state, behind [`Inner::state`].
+/// Mutable state, behind [`SupervisorCore::state`].
 pub(crate) struct State {
     pub(crate) objects: HashMap<Arc<str>, ObjectEntry>,
     pub(crate) paused: bool,

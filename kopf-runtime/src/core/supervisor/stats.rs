@@ -2,7 +2,7 @@
 
 use std::sync::atomic::Ordering;
 
-use super::state::{Inner, Run};
+use super::state::{Run, SupervisorCore};
 use crate::core::spec::HandlerKind;
 
 /// A snapshot of the supervisor's work, from [`crate::Supervisor::stats`].
@@ -47,7 +47,7 @@ pub struct Stats {
     pub failures: u64,
 }
 
-impl Inner {
+impl SupervisorCore {
     /// Counts everything under the lock.
     pub(crate) fn stats(&self) -> Stats {
         let state = self.lock();
