@@ -407,13 +407,13 @@ async fn the_handler_cap_holds_back_daemons_until_a_slot_frees() -> anyhow::Resu
     create(&api, "first", "a").await?;
     journal.wait_for("first", "started", 1).await;
     create(&api, "second", "b").await?;
-    // The second object is processed (its finalizer is added) but its daemon waits for a slot.
+    // The second object is processed (its finalizer is added, then its instance made: a daemon
+    // starts once the watch shows the finalizer) but its daemon waits for a slot.
     wait_finalizer(&api, "second", true).await;
-    assert_eq!(
-        op.stats().kinds[0].supervisor.daemons_running,
-        2,
-        "both instances exist"
-    );
+    kopf_tests::wait_until("both instances to exist", PROMPTLY, || async {
+        op.stats().kinds[0].supervisor.daemons_running == 2
+    })
+    .await;
     assert!(
         journal.of("second").is_empty(),
         "{:?}",
