@@ -10,7 +10,7 @@
 use tokio::time::Instant;
 
 use super::invoke::{Attempt, AttemptEnd};
-use super::policy::{Verdict, judge};
+use super::policy::Verdict;
 use super::runner::Runner;
 use super::state::Exit;
 
@@ -32,15 +32,7 @@ pub(crate) async fn run(runner: &mut Runner) -> Exit {
             }
             AttemptEnd::Finished(Err(err)) => err,
         };
-        let verdict = judge(
-            err.kind(),
-            runner.spec,
-            runner.backoff(),
-            retry,
-            started,
-            Instant::now(),
-        );
-        runner.report_failure(&err, verdict);
+        let verdict = runner.judge_failure(&err, retry, started);
         let Verdict::Retry { delay } = verdict else {
             return runner.finished();
         };

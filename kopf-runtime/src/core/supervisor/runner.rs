@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::policy::Verdict;
+use super::policy::{Verdict, judge};
 use super::state::{Exit, IdleClock, InstanceShared, ObjectEntry, SupervisorCore};
 use crate::core::effects::Effect;
 use crate::core::handler::{ErasedHandler, Output};
@@ -72,13 +72,29 @@ impl Runner {
         }
     }
 
-    /// The retry delay of arbitrary errors: the handler's own `backoff`, or the operator's
-    /// default for handlers that set none.
-    pub(crate) fn backoff(&self) -> Duration {
-        match self.inner.config.default_backoff {
+    /// Judges a failed attempt of the cycle that started at `started` (arbitrary errors wait
+    /// the handler's own `backoff`, or the operator's default for handlers that set none),
+    /// reports it, and returns the verdict.
+    pub(crate) fn judge_failure(
+        &self,
+        err: &HandlerError,
+        retry: u32,
+        started: Instant,
+    ) -> Verdict {
+        let backoff = match self.inner.config.default_backoff {
             Some(default) if !self.spec.backoff_set => default,
             _ => self.spec.backoff,
-        }
+        };
+        let verdict = judge(
+            err.kind(),
+            self.spec,
+            backoff,
+            retry,
+            started,
+            Instant::now(),
+        );
+        self.report_failure(err, verdict);
+        verdict
     }
 
     pub(crate) fn kind(&self) -> &'static str {

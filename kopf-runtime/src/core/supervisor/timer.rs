@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::invoke::{Attempt, AttemptEnd};
-use super::policy::{Verdict, judge};
+use super::policy::Verdict;
 use super::runner::Runner;
 use super::schedule::{MIN_INTERVAL, draw_jitter, next_sharp_tick};
 use super::state::Exit;
@@ -164,15 +164,7 @@ async fn cycle(runner: &Runner, position: &mut Option<Position>) -> Cycle {
             }
             AttemptEnd::Finished(Err(err)) => err,
         };
-        let verdict = judge(
-            err.kind(),
-            runner.spec,
-            runner.backoff(),
-            retry,
-            started,
-            Instant::now(),
-        );
-        runner.report_failure(&err, verdict);
+        let verdict = runner.judge_failure(&err, retry, started);
         match verdict {
             Verdict::Retry { delay } => {
                 if runner.sleep_until(Instant::now() + delay).await {
