@@ -11,7 +11,7 @@ mod operator;
 mod status;
 
 pub use crate::core::effects::Effect;
-pub use crate::core::handler::{Call, ErasedHandler, Invocation, MatchError, Output, Services};
+pub use crate::core::erased::{Call, ErasedHandler, Invocation, MatchError, Output, Services};
 pub use crate::core::memo::ObjectMemo;
 pub use crate::core::object::{ObjectError, ObjectRef, ObjectState};
 pub use crate::core::outcome::{BoxError, ErrorKind, HandlerError, HandlerResult};

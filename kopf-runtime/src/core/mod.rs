@@ -4,7 +4,7 @@
 
 pub(crate) mod effects;
 pub(crate) mod filter;
-pub(crate) mod handler;
+pub(crate) mod erased;
 pub(crate) mod memo;
 pub(crate) mod object;
 pub(crate) mod outcome;

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use super::live::Live;
 use super::patch::Patch;
 use super::scope::Scratch;
-use crate::core::handler::Invocation;
+use crate::core::erased::Invocation;
 use crate::core::object::ObjectRef;
 use crate::core::outcome::HandlerError;
 use crate::core::stop::Stopper;

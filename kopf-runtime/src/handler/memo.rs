@@ -5,7 +5,7 @@ use std::ops::Deref;
 use std::sync::Arc;
 
 use super::inject::{BlockingSafe, Inject};
-use crate::core::handler::Invocation;
+use crate::core::erased::Invocation;
 use crate::core::outcome::HandlerError;
 
 /// A value kept for the object, as kopf's `memo`: shared by all of the object's handlers, kept

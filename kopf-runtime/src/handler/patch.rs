@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::{Map, Value};
 
-use crate::core::handler::Invocation;
+use crate::core::erased::Invocation;
 use crate::core::object::ObjectRef;
 use crate::core::sink::{PatchError, PatchSinkHandle};
 

@@ -6,7 +6,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::typed::{TypedHandler, erase};
-use crate::core::handler::ErasedHandler;
+use crate::core::erased::ErasedHandler;
 use crate::core::resource::ResourceInfo;
 use crate::core::spec::{HandlerSpec, SourceLocation};
 

@@ -9,7 +9,7 @@ use serde_json::Value;
 use tracing::Instrument;
 
 use super::patch::Patch;
-use crate::core::handler::{Call, Invocation, Output};
+use crate::core::erased::{Call, Invocation, Output};
 use crate::core::outcome::HandlerError;
 
 /// Per-invocation values that injection reads from the invocation's scoped service. The patch

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 
-use crate::core::handler::{Call, ErasedHandler, Invocation, MatchError};
+use crate::core::erased::{Call, ErasedHandler, Invocation, MatchError};
 use crate::core::object::ObjectState;
 use crate::core::outcome::HandlerError;
 use crate::core::resource::ResourceInfo;

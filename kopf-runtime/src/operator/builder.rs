@@ -11,7 +11,7 @@ use kube::Client;
 use super::error::OperatorError;
 use super::identity::Identity;
 use super::logging::LogFormat;
-use crate::core::handler::{ErasedHandler, Services};
+use crate::core::erased::{ErasedHandler, Services};
 use crate::core::resource::ResourceInfo;
 use crate::core::supervisor::BlockingPool;
 use crate::handler::Registry;

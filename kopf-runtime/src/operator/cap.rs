@@ -8,7 +8,7 @@ use std::time::Duration;
 use futures::future::{Either, select};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::core::handler::{Call, ErasedHandler, Invocation, MatchError, Output};
+use crate::core::erased::{Call, ErasedHandler, Invocation, MatchError, Output};
 use crate::core::object::ObjectState;
 use crate::core::outcome::HandlerError;
 use crate::core::spec::HandlerSpec;
@@ -75,7 +75,7 @@ impl ErasedHandler for Capped {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::handler::Services;
+    use crate::core::erased::Services;
     use crate::core::spec::HandlerKind;
     use crate::core::stop::StopReason;
     use std::sync::atomic::{AtomicUsize, Ordering};

@@ -12,7 +12,7 @@ use kube::Client;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use tokio::sync::Semaphore;
 
-use crate::core::handler::Invocation;
+use crate::core::erased::Invocation;
 use crate::core::object::{ObjectRef, ObjectState};
 use crate::core::outcome::HandlerError;
 use crate::core::resource::ResourceInfo;

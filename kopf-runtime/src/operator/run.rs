@@ -25,7 +25,7 @@ use super::logging::init_logging;
 use super::objects::KindState;
 use super::patch::{KubePatchSink, StatusMode};
 use super::transport;
-use crate::core::handler::{ErasedHandler, Services};
+use crate::core::erased::{ErasedHandler, Services};
 use crate::core::resource::ResourceInfo;
 use crate::core::sink::PatchSinkHandle;
 use crate::core::supervisor::{BlockingPool, Supervisor, SupervisorConfig};

@@ -15,7 +15,7 @@ use super::blocking::{Thread, spawn_thread};
 use super::ladder::{Action, Input, Ladder, LadderConfig};
 use super::runner::{Runner, panic_message};
 use super::state::Exit;
-use crate::core::handler::{Call, Invocation, Output};
+use crate::core::erased::{Call, Invocation, Output};
 use crate::core::outcome::HandlerError;
 use crate::core::stop::{StopReason, Stopper};
 

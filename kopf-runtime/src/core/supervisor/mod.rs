@@ -39,7 +39,7 @@ pub use self::report::ShutdownReport;
 use self::state::{State, SupervisorCore};
 pub use self::stats::Stats;
 use crate::core::effects::Effect;
-use crate::core::handler::{ErasedHandler, Services};
+use crate::core::erased::{ErasedHandler, Services};
 use crate::core::object::ObjectState;
 use crate::core::spec::HandlerKind;
 use crate::core::stop::StopReason;

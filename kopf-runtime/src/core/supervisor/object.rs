@@ -13,7 +13,7 @@ use super::state::{
     Active, Exit, InstanceShared, Lingering, ObjectEntry, Run, Seen, State, SupervisorCore,
 };
 use crate::core::effects::Effect;
-use crate::core::handler::MatchError;
+use crate::core::erased::MatchError;
 use crate::core::object::ObjectState;
 use crate::core::stop::StopReason;
 
@@ -306,7 +306,7 @@ fn stop_reason(ending: bool, paused: bool, matched: bool) -> StopReason {
 }
 
 /// Runs a handler's filters; a panic in a `when` filter counts like an undecodable object.
-fn evaluate(handler: &dyn crate::core::handler::ErasedHandler, object: &ObjectState) -> Match {
+fn evaluate(handler: &dyn crate::core::erased::ErasedHandler, object: &ObjectState) -> Match {
     match catch_unwind(AssertUnwindSafe(|| handler.matches(object))) {
         Ok(Ok(true)) => Match::Yes,
         Ok(Ok(false)) => Match::No,

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use super::policy::{Verdict, judge};
 use super::state::{Exit, IdleClock, InstanceShared, ObjectEntry, SupervisorCore};
 use crate::core::effects::Effect;
-use crate::core::handler::{ErasedHandler, Output};
+use crate::core::erased::{ErasedHandler, Output};
 use crate::core::memo::ObjectMemo;
 use crate::core::object::{ObjectRef, ObjectState};
 use crate::core::outcome::HandlerError;

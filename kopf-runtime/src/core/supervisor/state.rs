@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::config::SupervisorConfig;
 use super::report::ShutdownPhase;
 use crate::core::effects::Effect;
-use crate::core::handler::{ErasedHandler, Services};
+use crate::core::erased::{ErasedHandler, Services};
 use crate::core::memo::ObjectMemo;
 use crate::core::object::{ObjectRef, ObjectState};
 use crate::core::stop::{StopReason, Stopper};

@@ -1,4 +1,5 @@
-//! The type-erased handler interface between generated code and the supervisor.
+//! The type-erased handler interface between generated code and the supervisor: what the core
+//! calls ([`ErasedHandler`]), with what ([`Invocation`]) and what comes back ([`Call`], [`Output`]).
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
