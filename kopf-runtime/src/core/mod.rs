@@ -3,8 +3,8 @@
 //! it is tested with paused tokio time.
 
 pub(crate) mod effects;
-pub(crate) mod filter;
 pub(crate) mod erased;
+pub(crate) mod filter;
 pub(crate) mod memo;
 pub(crate) mod object;
 pub(crate) mod outcome;

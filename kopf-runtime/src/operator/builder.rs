@@ -1,4 +1,4 @@
-//! The by-value builder of an [`Operator`](super::Operator).
+//! The by-value builder of an [`Operator`]: its options, and starting the operator from them.
 
 use std::any::Any;
 use std::collections::BTreeMap;
@@ -8,12 +8,24 @@ use std::time::Duration;
 
 use kube::Client;
 
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info};
+
 use super::error::OperatorError;
+use super::events::EventPoster;
+use super::handle::{KindHandle, Operator};
+use super::health::{self, Health, KindHealth};
 use super::identity::Identity;
-use super::logging::LogFormat;
-use crate::core::erased::{ErasedHandler, Services};
+use super::kind::watch::Selection;
+use super::kind::{self, Shared};
+use super::logging::{LogFormat, init_logging};
+use super::options::Options;
+use super::signals::Signals;
+use super::transport;
+use crate::core::erased::ErasedHandler;
 use crate::core::resource::ResourceInfo;
-use crate::core::supervisor::BlockingPool;
+use crate::core::supervisor::{BlockingPool, SupervisorConfig};
 use crate::handler::Registry;
 
 /// Configures an [`Operator`](super::Operator): where to connect, what to watch, which handlers
@@ -35,80 +47,16 @@ use crate::handler::Registry;
 /// # let _ = demo;
 /// ```
 #[must_use = "a builder does nothing until `start`, `run` or `run_until` is called"]
+#[derive(Debug, Default)]
 pub struct OperatorBuilder {
-    pub(crate) client: Option<Client>,
-    pub(crate) kube_config: Option<kube::Config>,
-    pub(crate) handlers: BTreeMap<ResourceInfo, Vec<Arc<dyn ErasedHandler>>>,
-    pub(crate) from_inventory: bool,
-    pub(crate) namespaces: Vec<String>,
-    pub(crate) label_selector: Option<String>,
-    pub(crate) services: Services,
-    pub(crate) name: Option<String>,
-    pub(crate) finalizer: Option<String>,
-    pub(crate) field_manager: Option<String>,
-    pub(crate) health_addr: Option<SocketAddr>,
-    pub(crate) shutdown_timeout: Duration,
-    pub(crate) requests_per_second: Option<u32>,
-    pub(crate) max_writes_in_flight: usize,
-    pub(crate) max_concurrent_handlers: Option<usize>,
-    pub(crate) max_blocking_threads: usize,
-    pub(crate) annotation_prefix: String,
-    pub(crate) default_backoff: Option<Duration>,
-    pub(crate) log_format: Option<LogFormat>,
-    pub(crate) error_causes_in_events: bool,
-}
-
-impl std::fmt::Debug for OperatorBuilder {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OperatorBuilder")
-            .field(
-                "resources",
-                &self
-                    .handlers
-                    .keys()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>(),
-            )
-            .field("namespaces", &self.namespaces)
-            .field("label_selector", &self.label_selector)
-            .field("name", &self.name)
-            .field("finalizer", &self.finalizer)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Default for OperatorBuilder {
-    fn default() -> Self {
-        Self {
-            client: None,
-            kube_config: None,
-            handlers: BTreeMap::new(),
-            from_inventory: true,
-            namespaces: Vec::new(),
-            label_selector: None,
-            services: Services::default(),
-            name: None,
-            finalizer: None,
-            field_manager: None,
-            health_addr: None,
-            shutdown_timeout: Self::DEFAULT_SHUTDOWN_TIMEOUT,
-            requests_per_second: None,
-            max_writes_in_flight: Self::DEFAULT_WRITES_IN_FLIGHT,
-            max_concurrent_handlers: None,
-            max_blocking_threads: BlockingPool::DEFAULT_CAPACITY,
-            annotation_prefix: "kopf.dev/".to_owned(),
-            default_backoff: None,
-            log_format: None,
-            error_causes_in_events: false,
-        }
-    }
+    options: Options,
 }
 
 impl OperatorBuilder {
     /// How long a shutdown may take by default.
-    pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(25);
+    pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Options::SHUTDOWN_TIMEOUT;
     /// The default limit on writes (patches, finalizer changes, events) in flight.
-    pub const DEFAULT_WRITES_IN_FLIGHT: usize = 32;
+    pub const DEFAULT_WRITES_IN_FLIGHT: usize = Options::WRITES_IN_FLIGHT;
 
     /// Uses this client as it is (its retries, its URL and its TLS settings are not checked).
     /// Without it, the operator builds its own client from
@@ -125,7 +73,7 @@ impl OperatorBuilder {
     /// # let _ = demo;
     /// ```
     pub fn client(mut self, client: Client) -> Self {
-        self.client = Some(client);
+        self.options.client = Some(client);
         self
     }
 
@@ -142,7 +90,7 @@ impl OperatorBuilder {
     /// # let _ = demo;
     /// ```
     pub fn kube_config(mut self, config: kube::Config) -> Self {
-        self.kube_config = Some(config);
+        self.options.kube_config = Some(config);
         self
     }
 
@@ -165,8 +113,12 @@ impl OperatorBuilder {
     /// # drop(builder);
     /// ```
     pub fn handler(mut self, resource: ResourceInfo, handler: Arc<dyn ErasedHandler>) -> Self {
-        self.from_inventory = false;
-        self.handlers.entry(resource).or_default().push(handler);
+        self.options.from_inventory = false;
+        self.options
+            .handlers
+            .entry(resource)
+            .or_default()
+            .push(handler);
         self
     }
 
@@ -182,9 +134,13 @@ impl OperatorBuilder {
     /// # let _ = demo;
     /// ```
     pub fn registry(mut self, registry: &Registry) -> Self {
-        self.from_inventory = false;
+        self.options.from_inventory = false;
         for (resource, handlers) in registry.by_resource() {
-            self.handlers.entry(resource).or_default().extend(handlers);
+            self.options
+                .handlers
+                .entry(resource)
+                .or_default()
+                .extend(handlers);
         }
         self
     }
@@ -201,7 +157,7 @@ impl OperatorBuilder {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        self.namespaces = namespaces.into_iter().map(Into::into).collect();
+        self.options.namespaces = namespaces.into_iter().map(Into::into).collect();
         self
     }
 
@@ -213,7 +169,7 @@ impl OperatorBuilder {
     /// # drop(builder);
     /// ```
     pub fn label_selector(mut self, selector: impl Into<String>) -> Self {
-        self.label_selector = Some(selector.into());
+        self.options.label_selector = Some(selector.into());
         self
     }
 
@@ -225,7 +181,7 @@ impl OperatorBuilder {
     /// # drop(builder);
     /// ```
     pub fn data<T: Any + Send + Sync>(mut self, value: T) -> Self {
-        self.services.insert(value);
+        self.options.services.insert(value);
         self
     }
 
@@ -240,7 +196,7 @@ impl OperatorBuilder {
     /// # drop(builder);
     /// ```
     pub fn name(mut self, name: impl Into<String>) -> Self {
-        self.name = Some(name.into());
+        self.options.name = Some(name.into());
         self
     }
 
@@ -253,7 +209,7 @@ impl OperatorBuilder {
     /// # drop(builder);
     /// ```
     pub fn finalizer(mut self, name: impl Into<String>) -> Self {
-        self.finalizer = Some(name.into());
+        self.options.finalizer = Some(name.into());
         self
     }
 
@@ -264,7 +220,7 @@ impl OperatorBuilder {
     /// # drop(builder);
     /// ```
     pub fn field_manager(mut self, name: impl Into<String>) -> Self {
-        self.field_manager = Some(name.into());
+        self.options.field_manager = Some(name.into());
         self
     }
 
@@ -276,7 +232,7 @@ impl OperatorBuilder {
     /// # drop(builder);
     /// ```
     pub fn health_addr(mut self, addr: SocketAddr) -> Self {
-        self.health_addr = Some(addr);
+        self.options.health_addr = Some(addr);
         self
     }
 
@@ -287,7 +243,7 @@ impl OperatorBuilder {
     /// # drop(builder);
     /// ```
     pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
-        self.shutdown_timeout = timeout;
+        self.options.shutdown_timeout = timeout;
         self
     }
 
@@ -306,7 +262,7 @@ impl OperatorBuilder {
     /// # drop(builder);
     /// ```
     pub fn max_requests_per_second(mut self, rate: u32) -> Self {
-        self.requests_per_second = Some(rate);
+        self.options.requests_per_second = Some(rate);
         self
     }
 
@@ -319,7 +275,7 @@ impl OperatorBuilder {
     /// # drop(builder);
     /// ```
     pub fn max_writes_in_flight(mut self, writes: usize) -> Self {
-        self.max_writes_in_flight = writes;
+        self.options.max_writes_in_flight = writes;
         self
     }
 
@@ -331,7 +287,7 @@ impl OperatorBuilder {
     /// # drop(builder);
     /// ```
     pub fn max_concurrent_handlers(mut self, handlers: usize) -> Self {
-        self.max_concurrent_handlers = Some(handlers);
+        self.options.max_concurrent_handlers = Some(handlers);
         self
     }
 
@@ -344,7 +300,7 @@ impl OperatorBuilder {
     /// # drop(builder);
     /// ```
     pub fn max_blocking_threads(mut self, threads: usize) -> Self {
-        self.max_blocking_threads = threads;
+        self.options.max_blocking_threads = threads;
         self
     }
 
@@ -358,7 +314,7 @@ impl OperatorBuilder {
     /// # drop(builder);
     /// ```
     pub fn default_backoff(mut self, backoff: Duration) -> Self {
-        self.default_backoff = Some(backoff);
+        self.options.default_backoff = Some(backoff);
         self
     }
 
@@ -370,7 +326,7 @@ impl OperatorBuilder {
     /// # drop(builder);
     /// ```
     pub fn annotation_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.annotation_prefix = prefix.into();
+        self.options.annotation_prefix = prefix.into();
         self
     }
 
@@ -383,7 +339,7 @@ impl OperatorBuilder {
     /// # drop(builder);
     /// ```
     pub fn log_format(mut self, format: LogFormat) -> Self {
-        self.log_format = Some(format);
+        self.options.log_format = Some(format);
         self
     }
 
@@ -401,103 +357,226 @@ impl OperatorBuilder {
     /// # drop(builder);
     /// ```
     pub fn error_causes_in_events(mut self, include: bool) -> Self {
-        self.error_causes_in_events = include;
+        self.options.error_causes_in_events = include;
         self
     }
 
-    /// Checks the options that cannot work, and resolves the operator's name, finalizer and
-    /// field manager.
-    pub(crate) fn validate(&self) -> Result<Identity, OperatorError> {
-        let invalid = |option, reason: &str| {
-            Err(OperatorError::InvalidOption {
-                option,
-                reason: reason.to_owned(),
-            })
+    /// Starts the operator in the background and returns its handle.
+    ///
+    /// # Errors
+    /// [`OperatorError`] if the configuration is invalid, no client can be built, the registry
+    /// is invalid or empty, or the health probe address cannot be bound. Problems with single
+    /// resource kinds (a missing CRD, a forbidden list) are not errors: they are logged and the
+    /// kind is retried while the others are served.
+    ///
+    /// # Cancellation safety
+    /// Dropping the future before it completes leaves nothing running.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), kopf_runtime::OperatorError> {
+    /// let operator = kopf_runtime::Operator::builder().namespaces(["default"]).start().await?;
+    /// // ... the operator runs in the background ...
+    /// operator.shutdown().await;
+    /// # Ok(()) }
+    /// # let _ = demo;
+    /// ```
+    pub async fn start(self) -> Result<Operator, OperatorError> {
+        let mut options = self.options;
+        let identity = options.validate()?;
+        if let Some(format) = options.log_format {
+            let _already_installed = init_logging(format);
+        }
+        let handlers = take_handlers(&mut options)?;
+        let (client, limiter) = match options.client.take() {
+            Some(client) => (client, None),
+            None => {
+                let (client, limiter) =
+                    transport::client(options.kube_config.take(), options.requests_per_second)
+                        .await?;
+                (client, Some(limiter))
+            }
         };
-        if self.requests_per_second == Some(0) {
-            return invalid("max_requests_per_second", "must be at least 1");
+        let planned: Vec<_> = handlers
+            .into_iter()
+            .map(|(info, handlers)| {
+                let streams = if info.namespaced && !options.namespaces.is_empty() {
+                    options.namespaces.len()
+                } else {
+                    1
+                };
+                let health = Arc::new(KindHealth::new(info.to_string(), streams));
+                (info, handlers, health)
+            })
+            .collect();
+        let health = Arc::new(Health {
+            kinds: planned.iter().map(|(_, _, h)| h.clone()).collect(),
+        });
+        let probe_stop = CancellationToken::new();
+        let health_addr = match options.health_addr {
+            Some(addr) => Some(
+                health::serve(addr, health.clone(), probe_stop.clone())
+                    .await
+                    .map_err(|source| OperatorError::Health { addr, source })?,
+            ),
+            None => None,
+        };
+        let shared = shared(&options, &identity, client);
+        let mut kinds = Vec::new();
+        let mut watches = Vec::new();
+        for (info, handlers, health) in planned {
+            let (state, watch) = kind::launch(&shared, info, handlers, health.clone());
+            kinds.push(KindHandle {
+                info: state.info.clone(),
+                supervisor: state.supervisor.clone(),
+                records: state.records.clone(),
+                finalizers: state.finalizers.clone(),
+                queues: state.queues.clone(),
+                health,
+            });
+            watches.push(watch);
         }
-        if self.max_writes_in_flight == 0 {
-            return invalid("max_writes_in_flight", "must be at least 1");
-        }
-        if self.max_blocking_threads == 0 {
-            return invalid("max_blocking_threads", "must be at least 1");
-        }
-        if self.max_concurrent_handlers == Some(0) {
-            return invalid("max_concurrent_handlers", "must be at least 1");
-        }
-        if self
-            .field_manager
-            .as_ref()
-            .is_some_and(|m| m.is_empty() || m.len() > 128)
-        {
-            return invalid("field_manager", "must have 1 to 128 characters");
-        }
-        if self.namespaces.iter().any(String::is_empty) {
-            return invalid("namespaces", "a namespace name is empty");
-        }
-        Identity::resolve(
-            self.name.as_deref(),
-            self.finalizer.as_deref(),
-            self.field_manager.as_deref(),
-        )
+        info!(operator = %identity.name, finalizer = %identity.finalizer, resources = kinds.len(),
+            namespaces = ?options.namespaces, "the operator has started");
+        Ok(Operator {
+            kinds,
+            health,
+            limiter,
+            watch_stop: shared.watch_stop,
+            probe_stop,
+            watches,
+            health_addr,
+            shutdown_timeout: options.shutdown_timeout,
+            released: false,
+        })
+    }
+
+    /// Runs the operator until `stop` completes, then shuts it down.
+    ///
+    /// # Errors
+    /// As [`start`](Self::start).
+    ///
+    /// # Cancellation safety
+    /// Not cancel safe: dropping the future while the operator runs leaves its tasks running.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), kopf_runtime::OperatorError> {
+    /// let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    /// # drop(stop);
+    /// kopf_runtime::Operator::builder().run_until(async { stopped.await.unwrap_or(()) }).await?;
+    /// # Ok(()) }
+    /// # let _ = demo;
+    /// ```
+    pub async fn run_until(self, stop: impl Future<Output = ()>) -> Result<(), OperatorError> {
+        let operator = self.start().await?;
+        stop.await;
+        operator.shutdown().await;
+        Ok(())
+    }
+
+    /// Runs the operator until SIGINT or SIGTERM, then shuts it down gracefully (within the
+    /// shutdown timeout); a second signal exits the process at once with code 1.
+    ///
+    /// # Errors
+    /// As [`start`](Self::start), and [`OperatorError::Signal`] if the signal handlers cannot be
+    /// installed.
+    ///
+    /// # Cancellation safety
+    /// Not cancel safe: dropping the future while the operator runs leaves its tasks running.
+    ///
+    /// ```no_run
+    /// #[tokio::main]
+    /// async fn main() -> Result<(), kopf_runtime::OperatorError> {
+    ///     kopf_runtime::Operator::builder().log_format(kopf_runtime::LogFormat::Json).run().await
+    /// }
+    /// ```
+    pub async fn run(self) -> Result<(), OperatorError> {
+        self.options.validate()?;
+        let mut signals = Signals::new().map_err(OperatorError::Signal)?;
+        let operator = self.start().await?;
+        let name = signals.next().await;
+        info!(
+            signal = name,
+            "received a signal; stopping (send another one to exit at once)"
+        );
+        tokio::spawn(async move {
+            let name = signals.next().await;
+            error!(signal = name, "received a second signal; exiting at once");
+            std::process::exit(1);
+        });
+        operator.shutdown().await;
+        Ok(())
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rejects_options_that_cannot_work() {
-        let err = OperatorBuilder::default()
-            .max_requests_per_second(0)
-            .validate()
-            .unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "invalid operator option `max_requests_per_second`: must be at least 1"
-        );
-        assert!(
-            OperatorBuilder::default()
-                .finalizer("plain")
-                .validate()
-                .is_err()
-        );
-        assert!(
-            OperatorBuilder::default()
-                .namespaces([""])
-                .validate()
-                .is_err()
-        );
-        assert!(
-            OperatorBuilder::default()
-                .max_concurrent_handlers(0)
-                .validate()
-                .is_err()
-        );
-        assert!(OperatorBuilder::default().validate().is_ok());
+impl Operator {
+    // Beside the builder it returns, so that the handle does not depend on the builder.
+    /// A builder with the defaults: handlers from the inventory, all namespaces, the client from
+    /// the environment.
+    ///
+    /// ```
+    /// let builder = kopf_runtime::Operator::builder();
+    /// # drop(builder);
+    /// ```
+    pub fn builder() -> OperatorBuilder {
+        OperatorBuilder::default()
     }
+}
 
-    #[test]
-    fn defaults_set_no_rate_limit_and_thirty_two_writes_in_flight() {
-        let builder = OperatorBuilder::default();
-        assert_eq!(builder.requests_per_second, None);
-        assert_eq!(builder.max_writes_in_flight, 32);
-        assert_eq!(OperatorBuilder::DEFAULT_WRITES_IN_FLIGHT, 32);
+/// The handlers to run, by resource kind: the ones given, or the inventory's.
+fn take_handlers(
+    options: &mut Options,
+) -> Result<BTreeMap<ResourceInfo, Vec<Arc<dyn ErasedHandler>>>, OperatorError> {
+    let mut handlers = std::mem::take(&mut options.handlers);
+    if options.from_inventory {
+        let registry = Registry::from_inventory().map_err(OperatorError::Registry)?;
+        handlers = registry.by_resource();
     }
+    handlers.retain(|_, hs| !hs.is_empty());
+    if handlers.is_empty() {
+        return Err(OperatorError::NoHandlers);
+    }
+    Ok(handlers)
+}
 
-    #[test]
-    fn a_rate_limit_is_opt_in_and_validated() {
-        let limited = OperatorBuilder::default().max_requests_per_second(20);
-        assert_eq!(limited.requests_per_second, Some(20));
-        assert!(limited.validate().is_ok());
-        let one = OperatorBuilder::default().max_requests_per_second(1);
-        assert!(one.validate().is_ok());
-        let writes = OperatorBuilder::default().max_writes_in_flight(0);
-        assert_eq!(
-            writes.validate().unwrap_err().to_string(),
-            "invalid operator option `max_writes_in_flight`: must be at least 1"
-        );
+/// What every resource kind of the operator shares.
+fn shared(options: &Options, identity: &Identity, client: Client) -> Shared {
+    let writes = Arc::new(Semaphore::new(options.max_writes_in_flight));
+    let mut services = options.services.clone();
+    services.insert(client.clone());
+    services.insert(EventPoster::new(
+        client.clone(),
+        identity.field_manager.clone(),
+        writes.clone(),
+        options.error_causes_in_events,
+    ));
+    let poster = services
+        .get::<EventPoster>()
+        .expect("the event poster was just inserted");
+    let config = SupervisorConfig {
+        shutdown_timeout: options
+            .shutdown_timeout
+            .saturating_sub(Duration::from_secs(1)),
+        annotation_prefix: options.annotation_prefix.clone().into(),
+        default_backoff: options.default_backoff,
+        daemons_await_finalizer: true,
+        ..SupervisorConfig::default()
+    };
+    Shared {
+        client,
+        services,
+        poster,
+        blocking: BlockingPool::new(options.max_blocking_threads),
+        writes,
+        cap: options
+            .max_concurrent_handlers
+            .map(|n| Arc::new(Semaphore::new(n))),
+        finalizer: identity.finalizer.as_str().into(),
+        field_manager: identity.field_manager.as_str().into(),
+        config,
+        selection: Selection {
+            namespaces: options.namespaces.clone(),
+            label_selector: options.label_selector.clone(),
+        },
+        watch_stop: CancellationToken::new(),
     }
 }

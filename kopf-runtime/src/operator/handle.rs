@@ -8,12 +8,24 @@ use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::builder::OperatorBuilder;
 use super::health::{Health, KindHealth, WatchPhase};
+use super::kind::queue::Queues;
 use super::limits::{RateLimiter, RequestStats};
-use super::objects::KindState;
+use super::write::finalizer::Finalizers;
+use super::write::records::Records;
 use crate::core::resource::ResourceInfo;
-use crate::core::supervisor::{ShutdownReport, Stats};
+use crate::core::supervisor::{ShutdownReport, Stats, Supervisor};
+
+/// What the handle controls of one resource kind.
+#[derive(Debug)]
+pub(crate) struct KindHandle {
+    pub(crate) info: ResourceInfo,
+    pub(crate) supervisor: Supervisor,
+    pub(crate) records: Arc<Records>,
+    pub(crate) finalizers: Arc<Finalizers>,
+    pub(crate) queues: Arc<Queues>,
+    pub(crate) health: Arc<KindHealth>,
+}
 
 /// A running operator: watches, supervises and writes until [`shutdown`](Self::shutdown).
 /// Build one with [`Operator::builder`].
@@ -29,7 +41,7 @@ use crate::core::supervisor::{ShutdownReport, Stats};
 /// # let _ = demo;
 /// ```
 pub struct Operator {
-    pub(crate) kinds: Vec<(Arc<KindState>, Arc<KindHealth>)>,
+    pub(crate) kinds: Vec<KindHandle>,
     pub(crate) health: Arc<Health>,
     pub(crate) limiter: Option<Arc<RateLimiter>>,
     pub(crate) watch_stop: CancellationToken,
@@ -94,17 +106,6 @@ pub struct OperatorStats {
 }
 
 impl Operator {
-    /// A builder with the defaults: handlers from the inventory, all namespaces, the client from
-    /// the environment.
-    ///
-    /// ```
-    /// let builder = kopf_runtime::Operator::builder();
-    /// # drop(builder);
-    /// ```
-    pub fn builder() -> OperatorBuilder {
-        OperatorBuilder::default()
-    }
-
     /// The address of the health probe server, if one was configured (with the port the
     /// system chose for port 0).
     ///
@@ -151,11 +152,11 @@ impl Operator {
             kinds: self
                 .kinds
                 .iter()
-                .map(|(state, health)| KindStats {
-                    resource: state.info.clone(),
-                    phase: health.phase(),
-                    objects: state.objects(),
-                    supervisor: state.supervisor.stats(),
+                .map(|kind| KindStats {
+                    resource: kind.info.clone(),
+                    phase: kind.health.phase(),
+                    objects: kind.records.len(),
+                    supervisor: kind.supervisor.stats(),
                 })
                 .collect(),
         }
@@ -180,10 +181,7 @@ impl Operator {
         info!("the operator is shutting down");
         self.released = true;
         self.stop_watching();
-        let supervisors = self
-            .kinds
-            .iter()
-            .map(|(state, _)| state.supervisor.shutdown());
+        let supervisors = self.kinds.iter().map(|kind| kind.supervisor.shutdown());
         let reports = futures::future::join_all(supervisors);
         match tokio::time::timeout_at(deadline, reports).await {
             Ok(reports) => {
@@ -198,15 +196,10 @@ impl Operator {
             Err(_) => warn!("the supervisors did not finish within the shutdown timeout"),
         }
         // Let pending writes of final results finish, within the deadline.
-        for (state, _) in &self.kinds {
-            state.tasks.close();
-            if tokio::time::timeout_at(deadline, state.tasks.wait())
-                .await
-                .is_err()
-            {
-                warn!(resource = %state.info, "pending writes did not finish within the shutdown timeout");
+        for kind in &self.kinds {
+            if !kind.queues.drain(deadline).await {
+                warn!(resource = %kind.info, "pending writes did not finish within the shutdown timeout");
             }
-            state.stop.cancel();
         }
         self.probe_stop.cancel();
         info!("the operator has stopped");
@@ -215,9 +208,9 @@ impl Operator {
     /// Stops the watches and freezes the finalizers (what needs no waiting).
     fn stop_watching(&mut self) {
         self.watch_stop.cancel();
-        for (state, health) in &self.kinds {
-            state.freeze();
-            health.set_phase(WatchPhase::Stopped);
+        for kind in &self.kinds {
+            kind.finalizers.freeze();
+            kind.health.set_phase(WatchPhase::Stopped);
         }
         for watch in std::mem::take(&mut self.watches) {
             watch.abort();
@@ -261,12 +254,11 @@ impl Operator {
             return;
         }
         loop {
-            let progress: Vec<_> = self.kinds.iter().map(|(k, _)| k.progress()).collect();
+            let progress: Vec<_> = self.kinds.iter().map(|k| k.queues.progress()).collect();
             let mut progress = std::pin::pin!(futures::future::select_all(progress));
             // Registered before the check: progress made meanwhile wakes the wait at once.
             let _ = futures::poll!(progress.as_mut());
-            if self.health.ready().is_ok() && self.kinds.iter().all(|(k, _)| k.finalizers_settled())
-            {
+            if self.health.ready().is_ok() && self.kinds.iter().all(|k| k.finalizers.settled()) {
                 return;
             }
             // The initial list's end is not notified: look again at least every 100 ms.
@@ -292,11 +284,7 @@ impl Drop for Operator {
         info!("the operator's handle was dropped: shutting down");
         self.stop_watching();
         self.probe_stop.cancel();
-        let supervisors: Vec<_> = self
-            .kinds
-            .iter()
-            .map(|(k, _)| k.supervisor.clone())
-            .collect();
+        let supervisors: Vec<_> = self.kinds.iter().map(|k| k.supervisor.clone()).collect();
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
                 futures::future::join_all(supervisors.iter().map(|s| s.shutdown())).await;

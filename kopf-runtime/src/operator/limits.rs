@@ -258,7 +258,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_builder_default_sets_no_client_side_limit() {
-        let default = crate::Operator::builder().requests_per_second;
+        let default = crate::operator::options::Options::default().requests_per_second;
         assert_eq!(default, None);
         let limiter = Arc::new(RateLimiter::per_second(default));
         let start = Instant::now();

@@ -3,28 +3,22 @@
 //! objects while their daemons and timers may run, writes results and patches, posts Events, and
 //! serves health probes. Everything here is tested against a real kube-apiserver.
 
-mod api;
 mod builder;
 mod cap;
 mod error;
 mod events;
-mod finalizer;
 mod handle;
 mod health;
 mod identity;
-mod jobs;
 mod kind;
 mod limits;
 mod logging;
-mod objects;
-mod patch;
-mod records;
-mod resync;
-mod run;
+pub(crate) mod options;
 mod schema;
 mod signals;
 mod transport;
 mod watched;
+mod write;
 
 pub use builder::OperatorBuilder;
 pub use error::OperatorError;

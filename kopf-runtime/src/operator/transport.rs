@@ -1,7 +1,35 @@
-//! Transport security of the client configuration, checked before the operator uses it: TLS
-//! verification on, and no credentials sent in clear.
+//! The operator's own client: built from a kube configuration whose transport security is
+//! checked first (TLS verification on, no credentials sent in clear), with kube's retries off
+//! (the operator's writes retry in one place) and the request counter and rate limit in its
+//! stack, where they see every HTTP attempt.
+
+use std::sync::Arc;
+
+use kube::Client;
 
 use super::error::OperatorError;
+use super::limits::{RateLimitLayer, RateLimiter};
+
+/// Builds the operator's client from `config` (or the environment's), counted and limited to
+/// `requests_per_second`.
+pub(crate) async fn client(
+    config: Option<kube::Config>,
+    requests_per_second: Option<u32>,
+) -> Result<(Client, Arc<RateLimiter>), OperatorError> {
+    let mut config = match config {
+        Some(config) => config,
+        None => kube::Config::infer().await.map_err(OperatorError::Config)?,
+    };
+    config.default_retry = false;
+    refuse_insecure_tls(&config)?;
+    refuse_plain_http(&config)?;
+    let limiter = Arc::new(RateLimiter::per_second(requests_per_second));
+    let client = kube::client::ClientBuilder::try_from(config)
+        .map_err(OperatorError::Client)?
+        .with_layer(&RateLimitLayer(limiter.clone()))
+        .build();
+    Ok((client, limiter))
+}
 
 /// TLS verification of the API server is always on: a configuration that turns it off (e.g. a
 /// kubeconfig with `insecure-skip-tls-verify: true`) is refused, never followed silently.

@@ -1,16 +1,16 @@
-//! The [`PatchSink`] of one resource kind: UID-guarded merge patches with retries.
+//! The [`PatchSink`] of one resource kind: handlers' results and patches, written as
+//! UID-guarded merge patches through the write loop.
 
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::future::BoxFuture;
-use kube::api::{DynamicObject, Patch, PatchParams};
 use serde_json::{Map, Value};
 use tracing::{debug, warn};
 
-use super::api::{Failure, Writer, classify, describe, pause};
-use super::finalizer::FinalizerView;
-use super::records::Records;
+use super::records::{FinalizerView, Records};
+use super::{Failure, Next, Retrying, Writer, classify, describe};
 use crate::core::object::ObjectRef;
 use crate::core::sink::{PatchError, PatchSink};
 
@@ -126,108 +126,106 @@ impl KubePatchSink {
     /// One part of a patch, retried. The main resource is guarded by `metadata.uid` in the
     /// patch (the API server rejects a changed UID as invalid). The status subresource ignores
     /// metadata in patches, so status writes are guarded by the `metadata.resourceVersion` last
-    /// seen for this UID (a conflict re-reads the object by name and checks its UID).
+    /// seen for this UID (a conflict re-reads the object by name and checks its UID, at once up
+    /// to three times).
     async fn write(
         &self,
         object: &ObjectRef,
         body: &Value,
         status: bool,
     ) -> Result<(), PatchError> {
-        let error = |message: String, gone: bool| PatchError {
-            object: object.to_string(),
-            message,
-            gone,
-        };
-        let gone = || {
-            error(
-                "the object is gone (deleted, or replaced by another of the same name)".into(),
-                true,
-            )
-        };
-        let mut delays = self.writer.retry.delays();
         let mut version = if status {
             self.records.resource_version(&object.uid)
         } else {
             None
         };
-        let mut conflicts = 0;
-        loop {
-            if status && version.is_none() {
-                match self.writer.read(object).await {
-                    Ok(Some(fresh)) => version = fresh.metadata.resource_version,
-                    Ok(None) => return Err(gone()),
-                    Err(err) => {
-                        let min = match classify(&err) {
-                            Failure::NotFound => return Err(gone()),
-                            Failure::Transient(after) => after,
-                            _ => return Err(error(describe(&err), false)),
-                        };
-                        if !pause(&mut delays, min).await {
-                            return Err(error(describe(&err), false));
-                        }
-                        continue;
-                    }
-                }
+        let mut retrying = Retrying::new(&self.writer.retry, if status { 3 } else { 0 });
+        let written = loop {
+            let next = self.attempt(object, body, status, &mut version).await;
+            if let ControlFlow::Break(result) = retrying.after(next).await {
+                break result;
             }
-            let err = match self.send(object, body, version.as_deref()).await {
-                Ok(updated) => {
-                    self.records
-                        .update(&object.uid, FinalizerView::from_object(&updated));
-                    return Ok(());
-                }
-                Err(err) => err,
-            };
-            let min = match classify(&err) {
-                Failure::NotFound => return Err(gone()),
-                Failure::Conflict if status => {
-                    // Most likely a newer version than the one we saw: read it and try again.
-                    version = None;
-                    conflicts += 1;
-                    if conflicts <= 3 {
-                        continue;
-                    }
-                    None
-                }
-                Failure::Conflict | Failure::Invalid => match self.writer.read(object).await {
-                    Ok(None) => return Err(gone()),
-                    Ok(Some(_)) if classify(&err) == Failure::Invalid => {
-                        return Err(error(describe(&err), false));
-                    }
-                    Ok(Some(_)) | Err(_) => None,
-                },
-                Failure::Transient(after) => after,
-                Failure::Forbidden | Failure::Fatal => return Err(error(describe(&err), false)),
-            };
-            debug!(object = %object, error = %describe(&err), "retrying a patch");
-            if !pause(&mut delays, min).await {
-                warn!(object = %object, error = %describe(&err), "giving up on a patch after retries");
-                return Err(error(describe(&err), false));
+        };
+        written.map_err(|gave_up| {
+            if gave_up.exhausted {
+                warn!(object = %object, error = %gave_up.error.message, "giving up on a patch after retries");
             }
-        }
+            gave_up.error
+        })
     }
-
-    /// Sends one merge patch: to the status subresource when `version` is given (guarded by it).
-    async fn send(
+    /// One attempt of [`KubePatchSink::write`]; `version` is the status guard (`None`: read it).
+    async fn attempt(
         &self,
         object: &ObjectRef,
         body: &Value,
-        version: Option<&str>,
-    ) -> Result<DynamicObject, kube::Error> {
-        let api = self.writer.api_for(object);
-        let params = PatchParams {
-            field_manager: Some(self.writer.field_manager.to_string()),
-            ..Default::default()
+        status: bool,
+        version: &mut Option<String>,
+    ) -> Next<(), PatchError> {
+        let error = |message: String| PatchError {
+            object: object.to_string(),
+            message,
+            gone: false,
         };
-        let _permit = self.writer.writes.acquire().await;
-        // Boxed after the permit (see `finalizer::send`).
-        match version {
-            Some(version) => {
-                let mut body = body.clone();
-                body["metadata"]["resourceVersion"] = Value::String(version.to_owned());
-                Box::pin(api.patch_status(&object.name, &params, &Patch::Merge(&body))).await
+        if status && version.is_none() {
+            match self.writer.read(object).await {
+                Ok(Some(fresh)) => *version = fresh.metadata.resource_version,
+                Ok(None) => return Next::Fail(gone(object)),
+                Err(err) => {
+                    return match classify(&err) {
+                        Failure::NotFound => Next::Fail(gone(object)),
+                        Failure::Transient(min) => Next::Later {
+                            min,
+                            error: error(describe(&err)),
+                        },
+                        _ => Next::Fail(error(describe(&err))),
+                    };
+                }
             }
-            None => Box::pin(api.patch(&object.name, &params, &Patch::Merge(body))).await,
         }
+        let err = match self
+            .writer
+            .merge_patch(object, body, version.as_deref())
+            .await
+        {
+            Ok(updated) => {
+                self.records
+                    .update(&object.uid, FinalizerView::from_object(&updated));
+                return Next::Done(());
+            }
+            Err(err) => err,
+        };
+        let failure = classify(&err);
+        let min = match failure {
+            Failure::NotFound => return Next::Fail(gone(object)),
+            // Most likely a newer version than the one we saw: read it and try again.
+            Failure::Conflict if status => {
+                *version = None;
+                return Next::Stale(error(describe(&err)));
+            }
+            Failure::Conflict | Failure::Invalid => match self.writer.read(object).await {
+                Ok(None) => return Next::Fail(gone(object)),
+                Ok(Some(_)) if failure == Failure::Invalid => {
+                    return Next::Fail(error(describe(&err)));
+                }
+                Ok(Some(_)) | Err(_) => None,
+            },
+            Failure::Transient(min) => min,
+            Failure::Forbidden | Failure::Fatal => return Next::Fail(error(describe(&err))),
+        };
+        debug!(object = %object, error = %describe(&err), "retrying a patch");
+        Next::Later {
+            min,
+            error: error(describe(&err)),
+        }
+    }
+}
+
+/// The error of a write to an object that is gone.
+fn gone(object: &ObjectRef) -> PatchError {
+    PatchError {
+        object: object.to_string(),
+        message: "the object is gone (deleted, or replaced by another of the same name)".into(),
+        gone: true,
     }
 }
 

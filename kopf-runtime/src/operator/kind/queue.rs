@@ -1,4 +1,5 @@
-//! The jobs queued for one object, and how a new job joins the queue.
+//! One serial job queue per object: the jobs of one object run in order, objects run
+//! concurrently (at most [`Queues::SLOTS`] at a time), and how a new job joins a queue.
 //!
 //! A finalizer sync goes first (one is enough: it reads the latest state when it runs). Handler
 //! outputs (results and patches) are JSON merge patches; a new one is merged into the output
@@ -6,14 +7,25 @@
 //! timers produce results faster than the API server takes writes keeps one pending write with
 //! the latest values, not a backlog that grows without bound.
 
-use std::collections::VecDeque;
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 
 use serde_json::{Map, Value};
+use tokio::sync::futures::Notified;
+use tokio::sync::{Notify, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 
 use crate::core::object::ObjectRef;
+use crate::core::resource::ResourceInfo;
+use crate::core::sync::lock;
 
 /// One unit of work for an object.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub(crate) enum Job {
     /// Make the finalizer match what the supervisor needs.
     Sync,
@@ -29,31 +41,121 @@ pub(crate) enum Job {
     },
 }
 
-/// The merge patch of one output: the handler's patch with its result under
-/// `status.<handler>`, and the handler's patch if it had to be left out for not being a JSON
-/// object (the result is still stored).
-pub(crate) fn output_patch(
-    handler: &'static str,
-    result: Option<Value>,
-    patch: Option<Value>,
-) -> (Map<String, Value>, Option<Value>) {
-    let (mut merged, rejected) = match patch {
-        Some(Value::Object(map)) => (map, None),
-        Some(other) => (Map::new(), Some(other)),
-        None => (Map::new(), None),
-    };
-    if let Some(result) = result {
-        let status = merged
-            .entry("status")
-            .or_insert_with(|| Value::Object(Map::new()));
-        match status {
-            Value::Object(status) => {
-                status.insert(handler.to_owned(), result);
-            }
-            _ => *status = serde_json::json!({ handler: result }),
+/// What runs the jobs of the queues.
+pub(crate) trait RunJob: Send + Sync + 'static {
+    /// Runs one job of the object `uid`.
+    fn run(&self, uid: &Arc<str>, job: Job) -> impl Future<Output = ()> + Send;
+}
+
+/// The job queues of one resource kind's objects, and the kind's background tasks.
+#[derive(Debug)]
+pub(crate) struct Queues {
+    resource: ResourceInfo,
+    queues: Mutex<HashMap<Arc<str>, VecDeque<Job>>>,
+    /// Objects whose jobs may run at once (see [`Queues::SLOTS`]).
+    slots: Arc<Semaphore>,
+    /// Notified after every job (see [`Queues::progress`]).
+    progressed: Notify,
+    stop: CancellationToken,
+    tasks: TaskTracker,
+}
+
+impl Queues {
+    /// How many objects' jobs run at once; the others wait for a slot. A running job's future
+    /// holds its API requests (several KB); a waiting one almost nothing, so thousands of
+    /// objects queued at start-up or in a mass deletion cost little memory. Writes are limited
+    /// separately (`max_writes_in_flight`), so this many is never the bottleneck.
+    pub(crate) const SLOTS: usize = 256;
+
+    pub(crate) fn new(resource: ResourceInfo) -> Self {
+        Self {
+            resource,
+            queues: Mutex::default(),
+            slots: Arc::new(Semaphore::new(Self::SLOTS)),
+            progressed: Notify::new(),
+            stop: CancellationToken::new(),
+            tasks: TaskTracker::new(),
         }
     }
-    (merged, rejected)
+
+    /// Queues `job` for the object `uid` (see the module docs), and starts the object's worker
+    /// if it has none.
+    pub(crate) fn push<R: RunJob>(self: &Arc<Self>, runner: &Arc<R>, uid: Arc<str>, job: Job) {
+        let mut queues = lock(&self.queues);
+        match queues.entry(uid) {
+            Entry::Occupied(mut e) => push(e.get_mut(), job),
+            Entry::Vacant(e) => {
+                let uid = e.key().clone();
+                e.insert(VecDeque::from([job]));
+                let (this, runner) = (self.clone(), runner.clone());
+                self.tasks
+                    .spawn(async move { this.work(runner, uid).await });
+            }
+        }
+    }
+
+    /// Runs the object's jobs one after another until its queue is empty.
+    async fn work<R: RunJob>(self: Arc<Self>, runner: Arc<R>, uid: Arc<str>) {
+        let slots = Arc::clone(&self.slots);
+        let Some(Ok(_slot)) = self.stop.run_until_cancelled(slots.acquire()).await else {
+            lock(&self.queues).remove(&uid);
+            return;
+        };
+        loop {
+            let job = {
+                let mut queues = lock(&self.queues);
+                let Some(queue) = queues.get_mut(&uid) else {
+                    return;
+                };
+                let Some(job) = queue.pop_front() else {
+                    queues.remove(&uid);
+                    return;
+                };
+                job
+            };
+            let span = tracing::debug_span!("object", resource = %self.resource, uid = %uid);
+            let run = runner.run(&uid, job).instrument(span);
+            // Boxed: the task waiting for its slot stays small.
+            let ran = Box::pin(self.stop.run_until_cancelled(run)).await;
+            self.progressed.notify_waiters();
+            if ran.is_none() {
+                lock(&self.queues).remove(&uid);
+                return;
+            }
+        }
+    }
+
+    /// Runs `task` beside the jobs (e.g. posting an Event) until the queues stop.
+    pub(crate) fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
+        let stop = self.stop.clone();
+        self.tasks.spawn(async move {
+            stop.run_until_cancelled(task).await;
+        });
+    }
+
+    /// Resolves after the next job of any object has run.
+    pub(crate) fn progress(&self) -> Pin<Box<Notified<'_>>> {
+        Box::pin(self.progressed.notified())
+    }
+
+    /// Lets the jobs and tasks under way finish until `deadline`, then stops them (new ones are
+    /// still accepted until then). `false` if some did not finish in time.
+    ///
+    /// # Cancellation safety
+    /// Dropping the future leaves the queues running.
+    pub(crate) async fn drain(&self, deadline: tokio::time::Instant) -> bool {
+        self.tasks.close();
+        let finished = tokio::time::timeout_at(deadline, self.tasks.wait())
+            .await
+            .is_ok();
+        self.stop.cancel();
+        finished
+    }
+
+    /// A token cancelled when the queues stop.
+    pub(crate) fn stopped(&self) -> CancellationToken {
+        self.stop.clone()
+    }
 }
 
 /// Adds `job` to an object's queue (see the module docs).
@@ -145,7 +247,7 @@ mod tests {
         Value::Object(out)
     }
 
-    fn output(handler: &'static str, result: Value) -> Job {
+    fn output(handler: &'static str, result: &Value) -> Job {
         Job::Output {
             object: ObjectRef {
                 uid: Arc::from("u1"),
@@ -153,7 +255,7 @@ mod tests {
                 name: Arc::from("a"),
             },
             handler,
-            patch: output_patch(handler, Some(result), None).0,
+            patch: map(serde_json::json!({ "status": { handler: result.clone() } })),
             outputs: 1,
         }
     }
@@ -199,9 +301,9 @@ mod tests {
     fn outputs_merge_into_the_waiting_one_and_a_sync_goes_first_once() {
         let mut queue = VecDeque::new();
         for i in 0..1000 {
-            push(&mut queue, output("tick", json!({ "at": i })));
+            push(&mut queue, output("tick", &json!({ "at": i })));
         }
-        push(&mut queue, output("other", json!("ok")));
+        push(&mut queue, output("other", &json!("ok")));
         push(&mut queue, Job::Sync);
         push(&mut queue, Job::Sync);
         assert_eq!(queue.len(), 2, "{queue:?}");
@@ -226,24 +328,8 @@ mod tests {
     #[test]
     fn an_output_that_does_not_compose_is_queued_after_the_waiting_one() {
         let mut queue = VecDeque::new();
-        push(&mut queue, output("t", json!(3)));
-        push(&mut queue, output("t", json!({"now": "an object"})));
+        push(&mut queue, output("t", &json!(3)));
+        push(&mut queue, output("t", &json!({"now": "an object"})));
         assert_eq!(queue.len(), 2);
-    }
-
-    #[test]
-    fn a_patch_that_is_not_an_object_is_refused_and_the_result_kept() {
-        assert_eq!(
-            output_patch("t", None, Some(json!([1]))),
-            (Map::new(), Some(json!([1])))
-        );
-        assert_eq!(
-            output_patch("t", Some(json!(2)), Some(json!("bad"))),
-            (map(json!({"status": {"t": 2}})), Some(json!("bad")))
-        );
-        assert_eq!(
-            output_patch("t", Some(json!(1)), Some(json!({"status": "x"}))),
-            (map(json!({"status": {"t": 1}})), None)
-        );
     }
 }

@@ -1,6 +1,6 @@
-//! Serving one resource kind: find it in API discovery (reporting a missing CRD or a missing
-//! permission, and retrying until it appears), then run one watch stream per scope (all
-//! namespaces, or each given namespace) and feed the events to the kind's state.
+//! The watch loop of one resource kind: find the kind in API discovery (reporting a missing CRD
+//! or a missing permission, and retrying until it appears), then run one watch stream per
+//! selected namespace (or one for all) and hand every event to the kind's [`Observer`].
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -15,17 +15,32 @@ use kube::runtime::watcher::{self, Event};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
-use super::api::{Failure, classify, describe};
-use super::health::{KindHealth, WatchPhase};
-use super::objects::KindState;
-use super::schema;
-use super::watched::Watched;
+use crate::core::resource::ResourceInfo;
 
-/// What to watch of a kind: the namespaces (empty: all) and a label selector.
+use serde_json::Value;
+
+use crate::operator::health::{KindHealth, WatchPhase};
+use crate::operator::schema;
+use crate::operator::watched::Watched;
+use crate::operator::write::{Failure, Writer, classify, describe};
+
+/// Which objects of a kind to watch: the namespaces (empty: all) and a label selector.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct WatchScope {
+pub(crate) struct Selection {
     pub(crate) namespaces: Vec<String>,
     pub(crate) label_selector: Option<String>,
+}
+
+/// What the watch loop feeds.
+pub(crate) trait Observer: Send + Sync + 'static {
+    /// The kind is served; whether it has a status subresource.
+    fn discovered(&self, status_subresource: bool);
+    /// A version of an object (from a list or a watch event), readable or not. Returns its UID,
+    /// if it has one.
+    fn observe(self: &Arc<Self>, object: Watched) -> Option<Arc<str>>;
+    /// An object was deleted or left the label selector (with its last state), or vanished
+    /// during a relist (without).
+    fn forget(self: &Arc<Self>, uid: &Arc<str>, last: Option<&Value>);
 }
 
 /// Serves one kind until the kind's stop token is cancelled.
@@ -33,61 +48,62 @@ pub(crate) struct WatchScope {
 /// # Cancellation safety
 /// Meant to run in its own task; cancelling it (through the kind's stop token or by dropping)
 /// leaves nothing half-done.
-pub(crate) async fn serve(
-    state: Arc<KindState>,
-    scope: WatchScope,
+pub(crate) async fn serve<O: Observer>(
+    observer: Arc<O>,
+    writer: Writer,
+    selection: Selection,
     health: Arc<KindHealth>,
     ids: Vec<&'static str>,
     stop: CancellationToken,
 ) {
-    let Some(()) = stop.run_until_cancelled(discover(&state, &health)).await else {
+    let Some(()) = stop
+        .run_until_cancelled(discover(&*observer, &writer, &health))
+        .await
+    else {
         return;
     };
-    schema::warn_if_pruned(&state.writer.client, &state.info, &ids).await;
+    schema::warn_if_pruned(&writer.client, &writer.info, &ids).await;
     health.set_phase(WatchPhase::Listing);
     let mut config = watcher::Config::default();
-    if let Some(selector) = &scope.label_selector {
+    if let Some(selector) = &selection.label_selector {
         config = config.labels(selector);
     }
-    let apis: Vec<(String, Api<Watched>)> = if state.info.namespaced && !scope.namespaces.is_empty()
-    {
-        let client = &state.writer.client;
-        scope
-            .namespaces
-            .iter()
-            .map(|ns| {
-                (
-                    ns.clone(),
-                    Api::namespaced_with(client.clone(), ns, &*state.writer.resource),
-                )
-            })
-            .collect()
-    } else {
-        vec![(
-            String::new(),
-            Api::all_with(state.writer.client.clone(), &*state.writer.resource),
-        )]
-    };
+    let apis: Vec<(String, Api<Watched>)> =
+        if writer.info.namespaced && !selection.namespaces.is_empty() {
+            let client = &writer.client;
+            selection
+                .namespaces
+                .iter()
+                .map(|ns| {
+                    (
+                        ns.clone(),
+                        Api::namespaced_with(client.clone(), ns, &*writer.resource),
+                    )
+                })
+                .collect()
+        } else {
+            vec![(
+                String::new(),
+                Api::all_with(writer.client.clone(), &*writer.resource),
+            )]
+        };
     let streams = apis.into_iter().map(|(ns, api)| {
         let stream = Stream {
-            state: state.clone(),
+            observer: observer.clone(),
+            resource: writer.info.to_string(),
             health: health.clone(),
             ns,
             stop: stop.clone(),
         };
         stream.watch(api, config.clone())
     });
-    let resync = state.resync_deferred();
-    tokio::select! {
-        _ = futures::future::join_all(streams) => {}
-        () = resync => {}
-    }
+    futures::future::join_all(streams).await;
 }
 
 /// Looks the kind up until the API server serves it; records whether it has a status
 /// subresource.
-async fn discover(state: &KindState, health: &KindHealth) {
-    let info = &state.info;
+async fn discover(observer: &impl Observer, writer: &Writer, health: &KindHealth) {
+    let info = &writer.info;
     let gvk = GroupVersionKind::gvk(&info.group, &info.version, &info.kind);
     let mut delays = ExponentialBuilder::default()
         .with_min_delay(Duration::from_millis(500))
@@ -97,10 +113,10 @@ async fn discover(state: &KindState, health: &KindHealth) {
         .build();
     let mut reported = None;
     loop {
-        match kube::discovery::pinned_kind(&state.writer.client, &gvk).await {
+        match kube::discovery::pinned_kind(&writer.client, &gvk).await {
             Ok((_, caps)) => {
                 let status = caps.subresources.iter().any(|(r, _)| r.plural == "status");
-                state.sink.status.set(status);
+                observer.discovered(status);
                 if reported.is_some() {
                     info!(resource = %info, "the resource is served now; starting to watch it");
                 }
@@ -110,7 +126,7 @@ async fn discover(state: &KindState, health: &KindHealth) {
                 let failure = classify(&err);
                 if reported != Some(failure) {
                     health.set_phase(WatchPhase::Unavailable);
-                    report_unavailable(state, failure, &err);
+                    report_unavailable(info, failure, &err);
                     reported = Some(failure);
                 }
             }
@@ -119,8 +135,7 @@ async fn discover(state: &KindState, health: &KindHealth) {
     }
 }
 
-fn report_unavailable(state: &KindState, failure: Failure, err: &kube::Error) {
-    let info = &state.info;
+fn report_unavailable(info: &ResourceInfo, failure: Failure, err: &kube::Error) {
     match failure {
         Failure::NotFound => error!(resource = %info, kind = %info.kind,
             "the resource {info} is not installed on the API server (is its CRD applied?); \
@@ -132,19 +147,22 @@ fn report_unavailable(state: &KindState, failure: Failure, err: &kube::Error) {
 }
 
 /// One watch stream of a kind (all namespaces or one).
-struct Stream {
-    state: Arc<KindState>,
+struct Stream<O> {
+    observer: Arc<O>,
+    /// The kind, for logs.
+    resource: String,
     health: Arc<KindHealth>,
     ns: String,
     stop: CancellationToken,
 }
 
-impl Stream {
+impl<O: Observer> Stream<O> {
     /// Watches until stopped; relists are diffed by UID so that objects that vanished while the
     /// watch was down are forgotten.
     async fn watch(self, api: Api<Watched>, config: watcher::Config) {
         let Self {
-            state,
+            observer,
+            resource,
             health,
             ns,
             stop,
@@ -163,31 +181,31 @@ impl Stream {
             let event = match next {
                 Some(Ok(event)) => event,
                 Some(Err(err)) => {
-                    report_watch_error(&state, &ns, &err, &mut last_error);
+                    report_watch_error(&resource, &ns, &err, &mut last_error);
                     continue;
                 }
                 None => {
                     health.mark_dead();
-                    error!(resource = %state.info, namespace = %ns, "the watch stream ended");
+                    error!(resource = %resource, namespace = %ns, "the watch stream ended");
                     return;
                 }
             };
             // Recovered only once the watch delivers again (`Init` only starts a relist).
             if !matches!(event, Event::Init) && last_error.take().is_some() {
-                info!(resource = %state.info, namespace = %ns, "the watch has recovered");
+                info!(resource = %resource, namespace = %ns, "the watch has recovered");
             }
             match event {
                 Event::Init => relist = Some(HashSet::new()),
                 Event::InitApply(obj) => {
-                    if let Some(uid) = apply(&state, obj) {
+                    if let Some(uid) = observer.observe(obj) {
                         relist.get_or_insert_with(HashSet::new).insert(uid);
                     }
                 }
                 Event::InitDone => {
                     let seen = relist.take().unwrap_or_default();
                     for uid in known.difference(&seen) {
-                        debug!(resource = %state.info, uid = %uid, "the object vanished while the watch was down");
-                        state.forget(uid, None);
+                        debug!(resource = %resource, uid = %uid, "the object vanished while the watch was down");
+                        observer.forget(uid, None);
                     }
                     known = seen;
                     if !listed {
@@ -196,7 +214,7 @@ impl Stream {
                     }
                 }
                 Event::Apply(obj) => {
-                    if let Some(uid) = apply(&state, obj) {
+                    if let Some(uid) = observer.observe(obj) {
                         known.insert(uid);
                     }
                 }
@@ -204,7 +222,7 @@ impl Stream {
                     if let Some(uid) = obj.meta().uid.as_deref() {
                         let uid: Arc<str> = uid.into();
                         known.remove(&uid);
-                        state.forget(&uid, Some(&obj.metadata_body()));
+                        observer.forget(&uid, Some(&obj.metadata_body()));
                     }
                 }
             }
@@ -212,24 +230,12 @@ impl Stream {
     }
 }
 
-fn apply(state: &Arc<KindState>, obj: Watched) -> Option<Arc<str>> {
-    match obj.body {
-        Ok(body) => state.observe(body),
-        Err(ref reason) => state.unusable(&obj, reason),
-    }
-}
-
-fn report_watch_error(
-    state: &KindState,
-    ns: &str,
-    err: &watcher::Error,
-    last: &mut Option<String>,
-) {
+fn report_watch_error(resource: &str, ns: &str, err: &watcher::Error, last: &mut Option<String>) {
     if let watcher::Error::WatchError(status) = err
         && status.code == 410
     {
         // The resource version expired (routine after long quiet periods): the watcher relists.
-        debug!(resource = %state.info, namespace = %ns, "the watch expired; relisting");
+        debug!(resource = %resource, namespace = %ns, "the watch expired; relisting");
         return;
     }
     let inner = match err {
@@ -240,21 +246,19 @@ fn report_watch_error(
     };
     let message = match inner {
         Some(e) => match classify(e) {
-            Failure::NotFound => format!("{} is not served (was its CRD removed?)", state.info),
-            Failure::Forbidden => format!(
-                "not permitted to list/watch {}: {}",
-                state.info,
-                describe(e)
-            ),
+            Failure::NotFound => format!("{resource} is not served (was its CRD removed?)"),
+            Failure::Forbidden => {
+                format!("not permitted to list/watch {resource}: {}", describe(e))
+            }
             _ => describe(e),
         },
         None => err.to_string(),
     };
     // Log each new kind of failure at error level, repeats at debug (the stream retries with backoff).
     if last.as_deref() == Some(&message) {
-        debug!(resource = %state.info, namespace = %ns, error = %message, "the watch failed again; retrying");
+        debug!(resource = %resource, namespace = %ns, error = %message, "the watch failed again; retrying");
     } else {
-        error!(resource = %state.info, namespace = %ns, error = %message, "the watch failed; retrying with backoff");
+        error!(resource = %resource, namespace = %ns, error = %message, "the watch failed; retrying with backoff");
         *last = Some(message);
     }
 }

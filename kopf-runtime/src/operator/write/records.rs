@@ -1,14 +1,85 @@
 //! What the operator last saw of each object of a kind: its identity, finalizers, deletion
-//! state and resource version. Shared by the watch, the finalizer work and the patch sink (which
-//! guards status writes with the last seen resource version of the object's UID).
+//! state and resource version. Written by the watch and by every write's response; read by the
+//! finalizer sync and the patch sink (which guards status writes with the last seen resource
+//! version of the object's UID).
 
 use crate::core::sync::lock;
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::finalizer::FinalizerView;
+use kube::api::DynamicObject;
+use serde_json::Value;
+
 use crate::core::object::ObjectRef;
+
+/// The finalizer-related state of an object as last seen.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct FinalizerView {
+    /// `metadata.finalizers` (`None`: the field is absent).
+    pub(crate) finalizers: Option<Vec<String>>,
+    /// `metadata.deletionTimestamp` is set.
+    pub(crate) deleting: bool,
+    /// `metadata.resourceVersion`.
+    pub(crate) resource_version: Option<String>,
+}
+
+impl FinalizerView {
+    /// Reads the view from an object body.
+    pub(crate) fn from_body(body: &Value) -> Self {
+        let meta = body.get("metadata");
+        let finalizers = meta
+            .and_then(|m| m.get("finalizers"))
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect()
+            });
+        let deleting = meta
+            .and_then(|m| m.get("deletionTimestamp"))
+            .is_some_and(|t| !t.is_null());
+        let resource_version = meta
+            .and_then(|m| m.get("resourceVersion"))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        Self {
+            finalizers,
+            deleting,
+            resource_version,
+        }
+    }
+
+    /// Reads the view from a typed dynamic object.
+    pub(crate) fn from_object(obj: &DynamicObject) -> Self {
+        Self {
+            finalizers: obj.metadata.finalizers.clone(),
+            deleting: obj.metadata.deletion_timestamp.is_some(),
+            resource_version: obj.metadata.resource_version.clone(),
+        }
+    }
+
+    /// Whether `name` is among the finalizers.
+    pub(crate) fn has(&self, name: &str) -> bool {
+        self.finalizers
+            .as_deref()
+            .is_some_and(|f| f.iter().any(|x| x == name))
+    }
+
+    /// Whether `self` is not older than `other` (resource versions compared as numbers when both
+    /// are numbers, as the API server issues them; otherwise assumed newer).
+    pub(crate) fn is_newer_or_same(&self, other: &Self) -> bool {
+        match (self.rv_number(), other.rv_number()) {
+            (Some(a), Some(b)) => a >= b,
+            _ => true,
+        }
+    }
+
+    fn rv_number(&self) -> Option<u64> {
+        self.resource_version.as_deref()?.parse().ok()
+    }
+}
 
 /// What the operator last saw of one object.
 #[derive(Debug, Clone)]
@@ -151,5 +222,24 @@ mod tests {
         assert!(records.get("u").unwrap().gone);
         records.remove_if_gone("u");
         assert_eq!(records.len(), 0);
+    }
+
+    #[test]
+    fn reads_the_view_from_a_body() {
+        let v = FinalizerView::from_body(&serde_json::json!({"metadata": {
+            "finalizers": ["x"], "deletionTimestamp": "2026-01-01T00:00:00Z", "resourceVersion": "12"}}));
+        assert_eq!(
+            v,
+            FinalizerView {
+                finalizers: Some(vec!["x".into()]),
+                deleting: true,
+                resource_version: Some("12".into())
+            }
+        );
+        let older = FinalizerView {
+            resource_version: Some("9".into()),
+            ..v.clone()
+        };
+        assert!(v.is_newer_or_same(&older) && !older.is_newer_or_same(&v));
     }
 }

@@ -1,0 +1,366 @@
+//! One resource kind served: [`launch`] wires a kind's supervisor, writes, queues and watch;
+//! [`KindState`] takes what the watch sees (`watch`) and what the supervisor reports
+//! (`effects`), and turns them into jobs on each object's queue (`queue`): finalizer syncs
+//! (`write::finalizer`) and handler outputs (`write::patch`).
+//!
+//! ```text
+//!  watch ── observe/forget ──▶ KindState ──▶ Supervisor ── Effect ──▶ effects::plan
+//!                                  │  ▲                                     │
+//!                                  ▼  └──────── Queue(uid, job) / Warn ─────┘
+//!                    queue: one serial worker per object ──▶ Sync   ──▶ write::finalizer
+//!                                                          └─▶ Output ──▶ write::patch
+//! ```
+
+pub(crate) mod effects;
+pub(crate) mod queue;
+pub(crate) mod watch;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use kube::Client;
+use serde_json::{Map, Value};
+use tokio::sync::Semaphore;
+use tokio::task::AbortHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, warn};
+
+use self::effects::Plan;
+use self::queue::{Job, Queues, RunJob};
+use self::watch::{Observer, Selection};
+use crate::core::effects::Effect;
+use crate::core::erased::{ErasedHandler, Services};
+use crate::core::object::{ObjectRef, ObjectState};
+use crate::core::resource::ResourceInfo;
+use crate::core::sink::PatchSinkHandle;
+use crate::core::supervisor::{BlockingPool, Supervisor, SupervisorConfig};
+use crate::operator::cap::Capped;
+use crate::operator::events::{EventPoster, WarningNote, reference};
+use crate::operator::health::KindHealth;
+use crate::operator::identity::is_foreign_kopf_finalizer;
+use crate::operator::watched::Watched;
+use crate::operator::write::finalizer::Finalizers;
+use crate::operator::write::patch::{KubePatchSink, StatusMode};
+use crate::operator::write::records::{FinalizerView, Records};
+use crate::operator::write::resync::Resync;
+use crate::operator::write::{RetrySettings, Writer, api_resource};
+
+/// What every kind of one operator shares.
+#[derive(Clone)]
+pub(crate) struct Shared {
+    pub(crate) client: Client,
+    /// Services every handler can inject (the client and the event poster included).
+    pub(crate) services: Services,
+    pub(crate) poster: Arc<EventPoster>,
+    pub(crate) blocking: BlockingPool,
+    /// Write slots (`max_writes_in_flight`).
+    pub(crate) writes: Arc<Semaphore>,
+    /// The cap on handlers running at once (`max_concurrent_handlers`).
+    pub(crate) cap: Option<Arc<Semaphore>>,
+    pub(crate) finalizer: Arc<str>,
+    pub(crate) field_manager: Arc<str>,
+    /// The supervisors' settings (`finalizer` and `blocking` are filled in per kind).
+    pub(crate) config: SupervisorConfig,
+    pub(crate) selection: Selection,
+    /// Cancelled when the operator stops watching.
+    pub(crate) watch_stop: CancellationToken,
+}
+
+/// Starts serving one kind: its supervisor, its effects loop and its watch. Returns the kind's
+/// state and the handle of its watch task.
+pub(crate) fn launch(
+    shared: &Shared,
+    info: ResourceInfo,
+    handlers: Vec<Arc<dyn ErasedHandler>>,
+    health: Arc<KindHealth>,
+) -> (Arc<KindState>, AbortHandle) {
+    let ids: Vec<&'static str> = handlers.iter().map(|h| h.spec().id).collect();
+    let handlers = match &shared.cap {
+        Some(cap) => handlers
+            .into_iter()
+            .map(|h| Capped::wrap(h, cap.clone()))
+            .collect(),
+        None => handlers,
+    };
+    let writer = Writer {
+        client: shared.client.clone(),
+        resource: Arc::new(api_resource(&info)),
+        info: info.clone(),
+        field_manager: shared.field_manager.clone(),
+        writes: shared.writes.clone(),
+        retry: RetrySettings::default(),
+    };
+    let sink = KubePatchSink {
+        writer: writer.clone(),
+        status: Arc::new(StatusMode::default()),
+        records: Arc::default(),
+    };
+    let mut services = shared.services.clone();
+    services.insert(PatchSinkHandle(Arc::new(sink.clone())));
+    let config = SupervisorConfig {
+        finalizer: shared.finalizer.to_string().into(),
+        blocking: shared.blocking.clone(),
+        ..shared.config.clone()
+    };
+    let (supervisor, mut effects) = Supervisor::new(handlers, services, config);
+    let state = Arc::new(KindState::new(info, supervisor, sink, shared));
+    let (effects_state, effects_stop) = (state.clone(), state.queues.stopped());
+    tokio::spawn(async move {
+        while let Some(Some(effect)) = effects_stop.run_until_cancelled(effects.recv()).await {
+            effects_state.effect(effect);
+        }
+    });
+    let (observer, watch_health) = (state.clone(), health.clone());
+    let serve = watch::serve(
+        observer,
+        writer,
+        shared.selection.clone(),
+        watch_health,
+        ids,
+        shared.watch_stop.clone(),
+    );
+    let resync = state.clone().resync_deferred();
+    let watch = tokio::spawn(async move {
+        tokio::select! {
+            () = serve => {}
+            () = resync => {}
+        }
+    });
+    let abort = watch.abort_handle();
+    tokio::spawn(async move {
+        if let Err(err) = watch.await
+            && err.is_panic()
+        {
+            health.mark_dead(); // /healthz fails: a restart is the way out
+            error!(resource = %health.name, "the watch task panicked");
+        }
+    });
+    (state, abort)
+}
+
+/// Everything the operator keeps for one resource kind.
+#[derive(Debug)]
+pub(crate) struct KindState {
+    pub(crate) info: ResourceInfo,
+    pub(crate) supervisor: Supervisor,
+    /// What was last seen of each object.
+    pub(crate) records: Arc<Records>,
+    pub(crate) finalizers: Arc<Finalizers>,
+    pub(crate) queues: Arc<Queues>,
+    sink: KubePatchSink,
+    events: Arc<EventPoster>,
+    /// Whether another kopf operator's finalizer was seen (and warned about) already.
+    foreign_seen: AtomicBool,
+}
+
+impl KindState {
+    fn new(
+        info: ResourceInfo,
+        supervisor: Supervisor,
+        sink: KubePatchSink,
+        shared: &Shared,
+    ) -> Self {
+        let records = sink.records.clone();
+        let finalizers = Finalizers::new(
+            shared.finalizer.clone(),
+            sink.writer.clone(),
+            records.clone(),
+            supervisor.clone(),
+        );
+        Self {
+            queues: Arc::new(Queues::new(info.clone())),
+            info,
+            supervisor,
+            records,
+            finalizers: Arc::new(finalizers),
+            sink,
+            events: shared.poster.clone(),
+            foreign_seen: AtomicBool::new(false),
+        }
+    }
+
+    fn enqueue(self: &Arc<Self>, uid: Arc<str>, job: Job) {
+        self.queues.push(self, uid, job);
+    }
+
+    /// A readable version of an object. Returns its UID.
+    fn readable(self: &Arc<Self>, body: Value) -> Option<Arc<str>> {
+        let view = FinalizerView::from_body(&body);
+        let state = match ObjectState::from_json(body) {
+            Ok(state) => state,
+            Err(err) => {
+                error!(resource = %self.info, error = %err, "skipping an object that cannot be used");
+                return None;
+            }
+        };
+        let object = state.reference().clone();
+        let uid = object.uid.clone();
+        self.warn_if_foreign(&object, &view);
+        self.records.seen(object, view);
+        self.supervisor.observe(state);
+        self.enqueue(uid.clone(), Job::Sync);
+        Some(uid)
+    }
+
+    /// A version of an object that cannot be used: its body does not decode (e.g. JSON nested
+    /// deeper than the decoder's limit). Reported (log and a Warning Event naming the object,
+    /// never its body); its handlers keep the last usable version; a deleting version stops them
+    /// and releases the finalizer (deleting versions never reach a handler's filters). Every
+    /// other object is served as usual. Returns its UID.
+    fn unreadable(self: &Arc<Self>, obj: &Watched, reason: &str) -> Option<Arc<str>> {
+        let body = obj.metadata_body();
+        let view = FinalizerView::from_body(&body);
+        let state = match ObjectState::from_json(body) {
+            Ok(state) => state,
+            Err(err) => {
+                error!(resource = %self.info, error = %err, reason, "skipping an object that cannot be used");
+                return None;
+            }
+        };
+        let object = state.reference().clone();
+        let uid = object.uid.clone();
+        warn!(resource = %self.info, object = %object, uid = %uid, error = reason,
+            "cannot read this version of the object; its handlers keep the last readable one");
+        let note = WarningNote {
+            what: "the operator cannot read this version of the object".to_owned(),
+            summary: reason.to_owned(),
+            message: reason.to_owned(),
+        };
+        self.warn_event(&object, "ObjectUnreadable", "Read", note);
+        self.records.seen(object, view);
+        if state.is_deleting() {
+            self.supervisor.observe(state);
+        }
+        self.enqueue(uid.clone(), Job::Sync);
+        Some(uid)
+    }
+
+    /// Warns once per kind when an object carries another kopf operator's finalizer: two
+    /// operators serve the kind (each keeps its own finalizer), or this one ran under another
+    /// name before (its old finalizer stays until removed by hand).
+    fn warn_if_foreign(&self, object: &ObjectRef, view: &FinalizerView) {
+        if self.foreign_seen.load(Ordering::Relaxed) {
+            return;
+        }
+        let ours = self.finalizers.name();
+        let foreign = view
+            .finalizers
+            .iter()
+            .flatten()
+            .find(|f| is_foreign_kopf_finalizer(f, ours));
+        if let Some(other) = foreign
+            && !self.foreign_seen.swap(true, Ordering::Relaxed)
+        {
+            warn!(resource = %self.info, object = %object, finalizer = %other, ours = %ours,
+                "an object carries the finalizer of another kopf operator: another operator serves \
+                 this kind, or this one ran under another name before (then remove the old \
+                 finalizer, or set OperatorBuilder::finalizer to it); shown once");
+        }
+    }
+
+    /// Handles one effect from the supervisor (see [`effects`]).
+    fn effect(self: &Arc<Self>, effect: Effect) {
+        match effects::plan(&self.info, effect) {
+            Plan::Queue(uid, job) => self.enqueue(uid, job),
+            Plan::Warn {
+                object,
+                reason,
+                action,
+                note,
+            } => self.warn_event(&object, reason, action, note),
+            Plan::Nothing => {}
+        }
+    }
+
+    fn warn_event(
+        &self,
+        object: &ObjectRef,
+        reason: &'static str,
+        action: &'static str,
+        note: WarningNote,
+    ) {
+        let regarding = reference(&self.info, object);
+        let events = self.events.clone();
+        self.queues
+            .spawn(async move { events.warn(&regarding, reason, action, note).await });
+    }
+
+    /// Tries the finalizer syncs that gave up earlier again when they are due, forever.
+    ///
+    /// # Cancellation safety
+    /// Cancel-safe: it only enqueues jobs.
+    async fn resync_deferred(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(Resync::TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            for uid in self.finalizers.due() {
+                debug!(resource = %self.info, uid = %uid, "trying a finalizer update again");
+                self.enqueue(uid, Job::Sync);
+            }
+        }
+    }
+
+    /// Stores handlers' outputs (results and patches) merged into one merge patch.
+    async fn output(
+        &self,
+        object: &ObjectRef,
+        handler: &'static str,
+        patch: Map<String, Value>,
+        outputs: u32,
+    ) {
+        if self.records.get(&object.uid).is_none_or(|r| r.gone) {
+            debug!(object = %object, handler, "the object is gone; output dropped");
+            return;
+        }
+        match self.sink.apply_now(object, Value::Object(patch)).await {
+            Ok(()) => debug!(object = %object, handler, outputs, "stored the handlers' output"),
+            Err(err) if err.gone => {
+                debug!(object = %object, handler, "the object is gone; output dropped")
+            }
+            Err(err) => {
+                error!(object = %object, uid = %object.uid, handler, outputs, error = %err.message,
+                "cannot store the handlers' output")
+            }
+        }
+    }
+}
+
+impl Observer for KindState {
+    fn discovered(&self, status_subresource: bool) {
+        self.sink.status.set(status_subresource);
+    }
+
+    fn observe(self: &Arc<Self>, object: Watched) -> Option<Arc<str>> {
+        match object.body {
+            Ok(body) => self.readable(body),
+            Err(ref reason) => self.unreadable(&object, reason),
+        }
+    }
+
+    /// A later version of a forgotten object (its label came back) is served again.
+    fn forget(self: &Arc<Self>, uid: &Arc<str>, last: Option<&Value>) {
+        let view = last.map(FinalizerView::from_body);
+        match view.as_ref().and_then(|v| v.resource_version.as_deref()) {
+            Some(rv) => self.supervisor.gone_at(uid, rv),
+            None => self.supervisor.gone(uid),
+        }
+        if self.records.mark_gone(uid, view) {
+            self.enqueue(uid.clone(), Job::Sync);
+        }
+    }
+}
+
+impl RunJob for KindState {
+    async fn run(&self, uid: &Arc<str>, job: Job) {
+        match job {
+            Job::Sync => self.finalizers.sync(uid).await,
+            Job::Output {
+                object,
+                handler,
+                patch,
+                outputs,
+            } => self.output(&object, handler, patch, outputs).await,
+        }
+    }
+}

@@ -1,0 +1,197 @@
+//! Everything an [`OperatorBuilder`](super::OperatorBuilder) sets: the options, their
+//! defaults, and the check of those that cannot work.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::Client;
+
+use super::error::OperatorError;
+use super::identity::Identity;
+use super::logging::LogFormat;
+use crate::core::erased::{ErasedHandler, Services};
+use crate::core::resource::ResourceInfo;
+use crate::core::supervisor::BlockingPool;
+
+/// The options of one operator (see the builder's methods for each).
+pub(crate) struct Options {
+    pub(crate) client: Option<Client>,
+    pub(crate) kube_config: Option<kube::Config>,
+    pub(crate) handlers: BTreeMap<ResourceInfo, Vec<Arc<dyn ErasedHandler>>>,
+    pub(crate) from_inventory: bool,
+    pub(crate) namespaces: Vec<String>,
+    pub(crate) label_selector: Option<String>,
+    pub(crate) services: Services,
+    pub(crate) name: Option<String>,
+    pub(crate) finalizer: Option<String>,
+    pub(crate) field_manager: Option<String>,
+    pub(crate) health_addr: Option<SocketAddr>,
+    pub(crate) shutdown_timeout: Duration,
+    pub(crate) requests_per_second: Option<u32>,
+    pub(crate) max_writes_in_flight: usize,
+    pub(crate) max_concurrent_handlers: Option<usize>,
+    pub(crate) max_blocking_threads: usize,
+    pub(crate) annotation_prefix: String,
+    pub(crate) default_backoff: Option<Duration>,
+    pub(crate) log_format: Option<LogFormat>,
+    pub(crate) error_causes_in_events: bool,
+}
+
+impl std::fmt::Debug for Options {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Options")
+            .field(
+                "resources",
+                &self
+                    .handlers
+                    .keys()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>(),
+            )
+            .field("namespaces", &self.namespaces)
+            .field("label_selector", &self.label_selector)
+            .field("name", &self.name)
+            .field("finalizer", &self.finalizer)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            client: None,
+            kube_config: None,
+            handlers: BTreeMap::new(),
+            from_inventory: true,
+            namespaces: Vec::new(),
+            label_selector: None,
+            services: Services::default(),
+            name: None,
+            finalizer: None,
+            field_manager: None,
+            health_addr: None,
+            shutdown_timeout: Self::SHUTDOWN_TIMEOUT,
+            requests_per_second: None,
+            max_writes_in_flight: Self::WRITES_IN_FLIGHT,
+            max_concurrent_handlers: None,
+            max_blocking_threads: BlockingPool::DEFAULT_CAPACITY,
+            annotation_prefix: "kopf.dev/".to_owned(),
+            default_backoff: None,
+            log_format: None,
+            error_causes_in_events: false,
+        }
+    }
+}
+
+impl Options {
+    /// How long a shutdown may take by default.
+    pub(crate) const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(25);
+    /// The default limit on writes (patches, finalizer changes, events) in flight.
+    pub(crate) const WRITES_IN_FLIGHT: usize = 32;
+
+    /// Checks the options that cannot work, and resolves the operator's name, finalizer and
+    /// field manager.
+    pub(crate) fn validate(&self) -> Result<Identity, OperatorError> {
+        let invalid = |option, reason: &str| {
+            Err(OperatorError::InvalidOption {
+                option,
+                reason: reason.to_owned(),
+            })
+        };
+        if self.requests_per_second == Some(0) {
+            return invalid("max_requests_per_second", "must be at least 1");
+        }
+        if self.max_writes_in_flight == 0 {
+            return invalid("max_writes_in_flight", "must be at least 1");
+        }
+        if self.max_blocking_threads == 0 {
+            return invalid("max_blocking_threads", "must be at least 1");
+        }
+        if self.max_concurrent_handlers == Some(0) {
+            return invalid("max_concurrent_handlers", "must be at least 1");
+        }
+        if self
+            .field_manager
+            .as_ref()
+            .is_some_and(|m| m.is_empty() || m.len() > 128)
+        {
+            return invalid("field_manager", "must have 1 to 128 characters");
+        }
+        if self.namespaces.iter().any(String::is_empty) {
+            return invalid("namespaces", "a namespace name is empty");
+        }
+        Identity::resolve(
+            self.name.as_deref(),
+            self.finalizer.as_deref(),
+            self.field_manager.as_deref(),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn invalid(options: &Options) -> String {
+        options.validate().unwrap_err().to_string()
+    }
+
+    #[test]
+    fn rejects_options_that_cannot_work() {
+        let defaults = Options::default;
+        assert_eq!(
+            invalid(&Options {
+                requests_per_second: Some(0),
+                ..defaults()
+            }),
+            "invalid operator option `max_requests_per_second`: must be at least 1"
+        );
+        assert_eq!(
+            invalid(&Options {
+                max_writes_in_flight: 0,
+                ..defaults()
+            }),
+            "invalid operator option `max_writes_in_flight`: must be at least 1"
+        );
+        let finalizer = Some("plain".to_owned());
+        assert!(
+            Options {
+                finalizer,
+                ..defaults()
+            }
+            .validate()
+            .is_err()
+        );
+        let namespaces = vec![String::new()];
+        assert!(
+            Options {
+                namespaces,
+                ..defaults()
+            }
+            .validate()
+            .is_err()
+        );
+        let max_concurrent_handlers = Some(0);
+        let capped = Options {
+            max_concurrent_handlers,
+            ..defaults()
+        };
+        assert!(capped.validate().is_err());
+        // Positive controls.
+        assert!(defaults().validate().is_ok());
+        let limited = Options {
+            requests_per_second: Some(1),
+            ..defaults()
+        };
+        assert!(limited.validate().is_ok());
+    }
+
+    #[test]
+    fn defaults_set_no_rate_limit_and_thirty_two_writes_in_flight() {
+        let options = Options::default();
+        assert_eq!(options.requests_per_second, None);
+        assert_eq!(options.max_writes_in_flight, 32);
+    }
+}
