@@ -24,7 +24,8 @@ pub(crate) async fn run(runner: &mut Runner) -> Exit {
     let started = Instant::now();
     let mut retry = 0;
     loop {
-        let err = match runner.attempt(Attempt { retry, started }).await {
+        let attempt = Attempt { retry, started };
+        let err = match attempt.run(runner).await {
             AttemptEnd::Stopped(exit) => return exit,
             AttemptEnd::Finished(Ok(output)) => {
                 runner.emit_output(output);

@@ -46,124 +46,26 @@ enum Work {
 }
 
 impl Work {
-    /// Waits for the handler to finish; a panic becomes an arbitrary error.
-    async fn wait(&mut self) -> Result<Outcome, String> {
-        match self {
-            Self::Async(fut) => fut.await.map_err(|p| panic_message(&p)),
-            Self::Thread(thread) => match (&mut thread.result).await {
-                Ok(result) => result.map_err(|p| panic_message(&p)),
-                Err(_) => Err("the handler's thread ended without a result".to_owned()),
-            },
-        }
-    }
-}
-
-/// How the driver left an invocation.
-enum Ended {
-    Returned(Outcome),
-    Cancelled,
-    Abandoned,
-}
-
-impl Runner {
-    /// Runs one attempt to its end.
-    pub(crate) async fn attempt(&self, attempt: Attempt) -> AttemptEnd {
-        if !self.previous_thread_returned().await {
-            return AttemptEnd::Stopped(Exit::Exited);
-        }
-        let permit = if self.spec.blocking {
-            match self.acquire_thread().await {
-                Some(permit) => Some(permit),
-                None => return AttemptEnd::Stopped(Exit::Exited),
-            }
-        } else {
-            None
-        };
-        let stopper = self.shared.begin_invocation(self.spec.timeout.is_some());
-        if self.stopping() {
-            return AttemptEnd::Stopped(Exit::Exited);
-        }
-        let mut live = self.live.clone();
-        let object = Arc::clone(&live.borrow_and_update());
-        let invocation = Invocation {
-            object,
-            live,
-            stopper: stopper.clone(),
-            retry: attempt.retry,
-            started: attempt.started,
-            services: self.inner.services.clone(),
-            span: self.span.clone(),
-            memo: Arc::clone(&self.memo),
-        };
-        self.inner.fires.fetch_add(1, Ordering::Relaxed);
-        tracing::debug!(
-            object = %self.reference, handler = self.spec.id, retry = attempt.retry,
-            "{} invoked", self.kind()
-        );
-        let work = match self.start(invocation, permit).await {
-            Ok(work) => work,
-            Err(err) => return AttemptEnd::Finished(Err(err)),
-        };
-        let thread_ended = match &work {
-            Work::Thread(thread) => Some(thread.ended.clone()),
-            Work::Async(_) => None,
-        };
-        let (ended, timed_out) = self.drive(work, &stopper).await;
-        if let (Ended::Abandoned, Some(thread_ended)) = (&ended, thread_ended) {
-            // Its thread may run on: the slot is held until it returns.
-            self.shared.leave_thread(thread_ended);
-        }
-        let timeout = || HandlerError::timeout(self.spec.timeout.unwrap_or_default());
-        match ended {
-            Ended::Returned(_) | Ended::Cancelled | Ended::Abandoned if timed_out => {
-                AttemptEnd::Finished(Err(timeout()))
-            }
-            Ended::Returned(outcome) => AttemptEnd::Finished(outcome),
-            Ended::Cancelled => AttemptEnd::Stopped(Exit::Cancelled),
-            Ended::Abandoned => AttemptEnd::Stopped(Exit::Abandoned),
-        }
-    }
-
-    /// Waits until the thread of an abandoned invocation of this instance (one that ran past
-    /// its `timeout`) has returned, so that two invocations never overlap. `false` if the
-    /// instance was asked to stop meanwhile (the slot then stays held until the thread returns).
-    async fn previous_thread_returned(&self) -> bool {
-        let Some(ended) = self.shared.lingering_thread() else {
-            return true;
-        };
-        self.inner.thread_waits.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(
-            object = %self.reference, uid = %self.uid, handler = self.spec.id,
-            "the {}'s abandoned invocation is still running on its thread: the next one waits for it",
-            self.kind()
-        );
-        tokio::select! {
-            biased;
-            () = ended.cancelled() => true,
-            () = self.shared.stopper.stopped() => false,
-        }
-    }
-
     /// Calls the handler and starts its work (a thread for a blocking call).
     async fn start(
-        &self,
+        runner: &Runner,
         invocation: Invocation,
         permit: Option<OwnedSemaphorePermit>,
-    ) -> Result<Work, HandlerError> {
-        let call = catch_unwind(AssertUnwindSafe(|| self.handler.invoke(invocation)))
-            .map_err(|panic| self.panicked(&panic_message(&panic)))??;
+    ) -> Result<Self, HandlerError> {
+        let call = catch_unwind(AssertUnwindSafe(|| runner.handler.invoke(invocation)))
+            .map_err(|panic| runner.panicked(&panic_message(&panic)))??;
         match call {
-            Call::Async(fut) => Ok(Work::Async(AssertUnwindSafe(fut).catch_unwind())),
+            Call::Async(fut) => Ok(Self::Async(AssertUnwindSafe(fut).catch_unwind())),
             Call::Blocking(job) => {
                 let permit = match permit {
                     Some(permit) => permit,
-                    None => self.acquire_thread().await.ok_or_else(|| {
+                    None => runner.acquire_thread().await.ok_or_else(|| {
                         HandlerError::msg("stopped while waiting for a dedicated thread")
                     })?,
                 };
-                let name = format!("kopf:{}", self.spec.id);
-                spawn_thread(name, permit, &self.inner.threads, job)
-                    .map(Work::Thread)
+                let name = format!("kopf:{}", runner.spec.id);
+                spawn_thread(name, permit, &runner.inner.threads, job)
+                    .map(Self::Thread)
                     .map_err(|err| {
                         HandlerError::msg("cannot start a dedicated thread").with_source(err)
                     })
@@ -171,35 +73,15 @@ impl Runner {
         }
     }
 
-    /// A dedicated-thread slot, waiting in the queue (interruptibly) when all are busy.
-    async fn acquire_thread(&self) -> Option<OwnedSemaphorePermit> {
-        let pool = &self.inner.config.blocking;
-        if let Some(permit) = pool.try_acquire() {
-            return Some(permit);
-        }
-        tracing::warn!(
-            object = %self.reference, handler = self.spec.id,
-            "all {} dedicated threads are busy: the {} is queued", pool.capacity(), self.kind()
-        );
-        self.shared.queued.store(true, Ordering::SeqCst);
-        let permit = tokio::select! {
-            biased;
-            () = self.shared.stopper.stopped() => None,
-            permit = pool.acquire() => permit,
-        };
-        self.shared.queued.store(false, Ordering::SeqCst);
-        permit
-    }
-
     /// Awaits the work while enforcing the timeout and stepping the stop ladder. Returns how it
     /// ended and whether it ran past its timeout.
-    async fn drive(&self, mut work: Work, stopper: &Stopper) -> (Ended, bool) {
+    async fn drive(mut self, runner: &Runner, stopper: &Stopper) -> (Ended, bool) {
         let cfg = LadderConfig {
-            backoff: self.spec.cancellation_backoff,
-            timeout: self.spec.cancellation_timeout,
-            polling: self.spec.cancellation_polling,
+            backoff: runner.spec.cancellation_backoff,
+            timeout: runner.spec.cancellation_timeout,
+            polling: runner.spec.cancellation_polling,
         };
-        let deadline = self.spec.timeout.map(|t| Instant::now() + t);
+        let deadline = runner.spec.timeout.map(|t| Instant::now() + t);
         let mut ladder = Ladder::Running;
         let mut timed_out = false;
         // Made only when there is a deadline: most invocations never need a timer.
@@ -221,14 +103,14 @@ impl Runner {
             let running = ladder.is_running();
             let input = tokio::select! {
                 biased;
-                result = work.wait() => {
-                    let outcome = result.map_err(|message| self.panicked(&message)).and_then(|o| o);
+                result = self.wait() => {
+                    let outcome = result.map_err(|message| runner.panicked(&message)).and_then(|o| o);
                     return (Ended::Returned(outcome), timed_out);
                 }
                 // Running: wait for the stop flag. Stopping: wait for the shutdown deadline,
                 // which marks every instance still running ABANDONED (shutdown stops them all
                 // first, so only a stopping invocation can be abandoned).
-                () = self.shared.stopper.reasons(|r| {
+                () = runner.shared.stopper.reasons(|r| {
                     if running { !r.is_empty() } else { r.contains(StopReason::ABANDONED) }
                 }) => {
                     if !running {
@@ -242,8 +124,8 @@ impl Runner {
                         timed_out = true;
                         stopper.stop(StopReason::HANDLER_TIMEOUT);
                         tracing::warn!(
-                            object = %self.reference, handler = self.spec.id,
-                            "{} ran past its timeout of {:?}", self.kind(), self.spec.timeout
+                            object = %runner.reference, handler = runner.spec.id,
+                            "{} ran past its timeout of {:?}", runner.kind(), runner.spec.timeout
                         );
                         Input::Stop { forced: true }
                     } else {
@@ -253,47 +135,119 @@ impl Runner {
             };
             let (next, action) = ladder.step(input, Instant::now(), &cfg);
             ladder = next;
-            if let Some(ended) = self.act(action, &work, stopper) {
+            if let Some(ended) = self.act(runner, action, stopper) {
                 return (ended, timed_out);
             }
         }
     }
 
     /// Performs a ladder action; `Some` when the invocation is over for the supervisor.
-    fn act(&self, action: Action, work: &Work, stopper: &Stopper) -> Option<Ended> {
-        let (object, handler) = (&self.reference, self.spec.id);
+    fn act(&self, runner: &Runner, action: Action, stopper: &Stopper) -> Option<Ended> {
+        let (object, handler) = (&runner.reference, runner.spec.id);
         match action {
             Action::None => None,
             Action::Signal => {
                 stopper.stop(StopReason::SIGNALLED);
-                tracing::debug!(%object, handler, "{} is signalled to exit gracefully", self.kind());
+                tracing::debug!(%object, handler, "{} is signalled to exit gracefully", runner.kind());
                 None
             }
             Action::LogStillExiting => {
                 let since = stopper.since().map(|s| s.elapsed()).unwrap_or_default();
-                tracing::info!(%object, handler, "{} is still exiting after {since:?}", self.kind());
+                tracing::info!(%object, handler, "{} is still exiting after {since:?}", runner.kind());
                 None
             }
             Action::Cancel => {
                 stopper.stop(StopReason::CANCELLED);
-                tracing::debug!(%object, handler, "{} is cancelled", self.kind());
-                matches!(work, Work::Async(_)).then_some(Ended::Cancelled)
+                tracing::debug!(%object, handler, "{} is cancelled", runner.kind());
+                matches!(self, Self::Async(_)).then_some(Ended::Cancelled)
             }
             Action::Abandon => {
                 stopper.stop(StopReason::ABANDONED);
-                tracing::warn!(%object, uid = %object.uid, handler, "{} did not exit in time; abandoning it", self.kind());
+                tracing::warn!(%object, uid = %object.uid, handler, "{} did not exit in time; abandoning it", runner.kind());
                 Some(Ended::Abandoned)
             }
         }
     }
 
-    /// The error for a panic in the handler, logged with the object and handler.
-    fn panicked(&self, message: &str) -> HandlerError {
-        tracing::error!(
-            object = %self.reference, handler = self.spec.id,
-            "{} panicked: {message}", self.kind()
+    /// Waits for the handler to finish; a panic becomes an arbitrary error.
+    async fn wait(&mut self) -> Result<Outcome, String> {
+        match self {
+            Self::Async(fut) => fut.await.map_err(|p| panic_message(&p)),
+            Self::Thread(thread) => match (&mut thread.result).await {
+                Ok(result) => result.map_err(|p| panic_message(&p)),
+                Err(_) => Err("the handler's thread ended without a result".to_owned()),
+            },
+        }
+    }
+}
+
+/// How the driver left an invocation.
+enum Ended {
+    Returned(Outcome),
+    Cancelled,
+    Abandoned,
+}
+
+impl Attempt {
+    /// Runs the attempt to its end.
+    pub(crate) async fn run(self, runner: &Runner) -> AttemptEnd {
+        let attempt = self;
+        if !runner.previous_thread_returned().await {
+            return AttemptEnd::Stopped(Exit::Exited);
+        }
+        let permit = if runner.spec.blocking {
+            match runner.acquire_thread().await {
+                Some(permit) => Some(permit),
+                None => return AttemptEnd::Stopped(Exit::Exited),
+            }
+        } else {
+            None
+        };
+        let stopper = runner
+            .shared
+            .begin_invocation(runner.spec.timeout.is_some());
+        if runner.stopping() {
+            return AttemptEnd::Stopped(Exit::Exited);
+        }
+        let mut live = runner.live.clone();
+        let object = Arc::clone(&live.borrow_and_update());
+        let invocation = Invocation {
+            object,
+            live,
+            stopper: stopper.clone(),
+            retry: attempt.retry,
+            started: attempt.started,
+            services: runner.inner.services.clone(),
+            span: runner.span.clone(),
+            memo: Arc::clone(&runner.memo),
+        };
+        runner.inner.fires.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(
+            object = %runner.reference, handler = runner.spec.id, retry = attempt.retry,
+            "{} invoked", runner.kind()
         );
-        HandlerError::msg(format!("the handler panicked: {message}"))
+        let work = match Work::start(runner, invocation, permit).await {
+            Ok(work) => work,
+            Err(err) => return AttemptEnd::Finished(Err(err)),
+        };
+        let thread_ended = match &work {
+            Work::Thread(thread) => Some(thread.ended.clone()),
+            Work::Async(_) => None,
+        };
+        let (ended, timed_out) = work.drive(runner, &stopper).await;
+        if let (Ended::Abandoned, Some(thread_ended)) = (&ended, thread_ended) {
+            // Its thread may run on: the slot is held until it returns.
+            runner.shared.leave_thread(thread_ended);
+        }
+        let timeout = || HandlerError::timeout(runner.spec.timeout.unwrap_or_default());
+        match ended {
+            Ended::Returned(_) | Ended::Cancelled | Ended::Abandoned if timed_out => {
+                AttemptEnd::Finished(Err(timeout()))
+            }
+            Ended::Returned(outcome) => AttemptEnd::Finished(outcome),
+            Ended::Cancelled => AttemptEnd::Stopped(Exit::Cancelled),
+            Ended::Abandoned => AttemptEnd::Stopped(Exit::Abandoned),
+        }
     }
 }
 

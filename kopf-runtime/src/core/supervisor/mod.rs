@@ -15,12 +15,11 @@ mod daemon;
 mod essence;
 mod invoke;
 mod ladder;
-mod object;
+mod lifecycle;
 mod policy;
 mod report;
 mod runner;
 mod schedule;
-mod shutdown;
 mod state;
 mod stats;
 mod task;
@@ -346,6 +345,6 @@ impl Supervisor {
     /// ```
     #[must_use]
     pub fn stats(&self) -> Stats {
-        self.inner().stats()
+        Stats::count(self.inner())
     }
 }

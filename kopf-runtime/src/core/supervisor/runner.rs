@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{OwnedSemaphorePermit, watch};
 use tokio::time::Instant;
 
 use super::policy::{Verdict, judge};
@@ -189,6 +189,55 @@ impl Runner {
             fatal: !retry,
         };
         self.inner.emit(&self.uid, effect);
+    }
+
+    /// Waits until the thread of an abandoned invocation of this instance (one that ran past
+    /// its `timeout`) has returned, so that two invocations never overlap. `false` if the
+    /// instance was asked to stop meanwhile (the slot then stays held until the thread returns).
+    pub(crate) async fn previous_thread_returned(&self) -> bool {
+        let Some(ended) = self.shared.lingering_thread() else {
+            return true;
+        };
+        self.inner.thread_waits.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(
+            object = %self.reference, uid = %self.uid, handler = self.spec.id,
+            "the {}'s abandoned invocation is still running on its thread: the next one waits for it",
+            self.kind()
+        );
+        tokio::select! {
+            biased;
+            () = ended.cancelled() => true,
+            () = self.shared.stopper.stopped() => false,
+        }
+    }
+
+    /// A dedicated-thread slot, waiting in the queue (interruptibly) when all are busy.
+    pub(crate) async fn acquire_thread(&self) -> Option<OwnedSemaphorePermit> {
+        let pool = &self.inner.config.blocking;
+        if let Some(permit) = pool.try_acquire() {
+            return Some(permit);
+        }
+        tracing::warn!(
+            object = %self.reference, handler = self.spec.id,
+            "all {} dedicated threads are busy: the {} is queued", pool.capacity(), self.kind()
+        );
+        self.shared.queued.store(true, Ordering::SeqCst);
+        let permit = tokio::select! {
+            biased;
+            () = self.shared.stopper.stopped() => None,
+            permit = pool.acquire() => permit,
+        };
+        self.shared.queued.store(false, Ordering::SeqCst);
+        permit
+    }
+
+    /// The error for a panic in the handler, logged with the object and handler.
+    pub(crate) fn panicked(&self, message: &str) -> HandlerError {
+        tracing::error!(
+            object = %self.reference, handler = self.spec.id,
+            "{} panicked: {message}", self.kind()
+        );
+        HandlerError::msg(format!("the handler panicked: {message}"))
     }
 }
 

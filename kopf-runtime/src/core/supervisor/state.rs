@@ -1,6 +1,5 @@
 //! The supervisor's shared state: objects, their handler slots, and instance bookkeeping.
 
-use crate::core::sync::lock;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -15,7 +14,9 @@ use crate::core::effects::Effect;
 use crate::core::erased::{ErasedHandler, Services};
 use crate::core::memo::ObjectMemo;
 use crate::core::object::{ObjectRef, ObjectState};
+use crate::core::spec::HandlerKind;
 use crate::core::stop::{StopReason, Stopper};
+use crate::core::sync::lock;
 
 /// Everything the supervisor handle and its tasks share.
 pub(crate) struct SupervisorCore {
@@ -41,21 +42,6 @@ pub(crate) struct SupervisorCore {
     pub(crate) needs_essence: bool,
 }
 
-impl SupervisorCore {
-    /// The state, also after a panic elsewhere (every update keeps it consistent).
-    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
-        lock(&self.state)
-    }
-
-    /// Sends an effect about `uid` unless the object is gone (then nothing can be done with it).
-    pub(crate) fn emit(&self, uid: &str, effect: Effect) {
-        let state = self.lock();
-        if state.objects.get(uid).is_some_and(|o| !o.gone) {
-            let _ = self.effects.send(effect);
-        }
-    }
-}
-
 /// Mutable state, behind [`SupervisorCore::state`].
 pub(crate) struct State {
     pub(crate) objects: HashMap<Arc<str>, ObjectEntry>,
@@ -76,6 +62,30 @@ impl State {
             daemons_abandoned: 0,
             timers_abandoned: 0,
             tombstones: Tombstones::default(),
+        }
+    }
+
+    /// Counts an instance's end and adds it to a shutdown report being made.
+    pub(crate) fn record_exit(
+        &mut self,
+        object: ObjectRef,
+        handler: &'static str,
+        kind: HandlerKind,
+        exit: Exit,
+    ) {
+        if exit == Exit::Abandoned {
+            match kind {
+                HandlerKind::Daemon => self.daemons_abandoned += 1,
+                HandlerKind::Timer => self.timers_abandoned += 1,
+            }
+        }
+        if let ShutdownPhase::Running(report) = &mut self.shutdown {
+            let list = match exit {
+                Exit::Done | Exit::Exited => &mut report.exited,
+                Exit::Cancelled | Exit::Dropped => &mut report.cancelled,
+                Exit::Abandoned => &mut report.abandoned,
+            };
+            list.push((object, handler));
         }
     }
 }

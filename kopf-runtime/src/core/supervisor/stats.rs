@@ -14,7 +14,7 @@ use crate::core::spec::HandlerKind;
 /// use kopf_runtime::Stats;
 /// let idle = Stats::default();
 /// assert_eq!(idle.objects, 0);
-/// assert_eq!(idle, Stats { fires: 0, ..Stats::default() });
+/// assert_eq!(idle, Stats { fires: 0, ..Self::default() });
 /// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
@@ -47,22 +47,22 @@ pub struct Stats {
     pub failures: u64,
 }
 
-impl SupervisorCore {
-    /// Counts everything under the lock.
-    pub(crate) fn stats(&self) -> Stats {
-        let state = self.lock();
-        let mut stats = Stats {
+impl Stats {
+    /// Counts everything of `core` under its lock.
+    pub(crate) fn count(core: &SupervisorCore) -> Self {
+        let state = core.lock();
+        let mut stats = Self {
             objects: state.objects.len(),
             daemons_abandoned: state.daemons_abandoned,
             timers_abandoned: state.timers_abandoned,
-            threads: self.threads.load(Ordering::SeqCst),
-            thread_waits: self.thread_waits.load(Ordering::Relaxed),
-            fires: self.fires.load(Ordering::Relaxed),
-            failures: self.failures.load(Ordering::Relaxed),
-            ..Stats::default()
+            threads: core.threads.load(Ordering::SeqCst),
+            thread_waits: core.thread_waits.load(Ordering::Relaxed),
+            fires: core.fires.load(Ordering::Relaxed),
+            failures: core.failures.load(Ordering::Relaxed),
+            ..Self::default()
         };
         for entry in state.objects.values() {
-            for (slot, handler) in entry.slots.iter().zip(&self.handlers) {
+            for (slot, handler) in entry.slots.iter().zip(&core.handlers) {
                 let Run::Active(active) = &slot.run else {
                     continue;
                 };

@@ -156,7 +156,8 @@ async fn cycle(runner: &Runner, position: &mut Option<Position>) -> Cycle {
             last_start: start,
             changes,
         });
-        let err = match runner.attempt(Attempt { retry, started }).await {
+        let attempt = Attempt { retry, started };
+        let err = match attempt.run(runner).await {
             AttemptEnd::Stopped(exit) => return Cycle::Stopped(exit),
             AttemptEnd::Finished(Ok(output)) => {
                 runner.emit_output(output);

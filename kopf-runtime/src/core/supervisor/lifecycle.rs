@@ -1,13 +1,17 @@
-//! Per-object decisions: which instances to start or stop, and whether to hold the finalizer.
+//! What the supervisor does, in one place: per-object decisions (which instances to start or
+//! stop, whether to hold the finalizer), instance exits, pause, and shutdown (stop everything,
+//! wait for the ladders up to a deadline, abandon the rest). The data it works on is in
+//! `state.rs`, a leaf that the instance tasks import without importing this file.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, MutexGuard};
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::essence;
+use super::report::{ShutdownPhase, ShutdownReport};
 use super::runner::Runner;
 use super::state::{
     Active, Exit, InstanceShared, Lingering, ObjectEntry, Run, Seen, State, SupervisorCore,
@@ -16,6 +20,7 @@ use crate::core::effects::Effect;
 use crate::core::erased::MatchError;
 use crate::core::object::ObjectState;
 use crate::core::stop::StopReason;
+use crate::core::sync::lock;
 
 /// The result of one handler's `matches()` on one version.
 enum Match {
@@ -26,7 +31,27 @@ enum Match {
     Skip(String, String),
 }
 
+/// What a shutdown request found.
+enum Begin {
+    First,
+    Again,
+    Finished(ShutdownReport),
+}
+
 impl SupervisorCore {
+    /// The state, also after a panic elsewhere (every update keeps it consistent).
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        lock(&self.state)
+    }
+
+    /// Sends an effect about `uid` unless the object is gone (then nothing can be done with it).
+    pub(crate) fn emit(&self, uid: &str, effect: Effect) {
+        let state = self.lock();
+        if state.objects.get(uid).is_some_and(|o| !o.gone) {
+            let _ = self.effects.send(effect);
+        }
+    }
+
     /// A new version of an object (see `Supervisor::observe`).
     pub(crate) fn observe(self: &Arc<Self>, object: ObjectState) {
         let object = Arc::new(object);
@@ -288,6 +313,81 @@ impl SupervisorCore {
                 self.reconcile(&mut state, uid);
             }
         }
+    }
+
+    /// See `Supervisor::shutdown`.
+    pub(crate) async fn shutdown(self: &Arc<Self>) -> ShutdownReport {
+        match self.begin_shutdown() {
+            Begin::Finished(report) => return report,
+            Begin::Again => self.force.cancel(),
+            Begin::First => {
+                let deadline = Instant::now() + self.config.shutdown_timeout;
+                let mut active = self.active.subscribe();
+                tokio::select! {
+                    _ = active.wait_for(|n| *n == 0) => {}
+                    () = tokio::time::sleep_until(deadline) => {}
+                    () = self.force.cancelled() => {}
+                }
+            }
+        }
+        self.finish_shutdown()
+    }
+
+    fn begin_shutdown(&self) -> Begin {
+        let mut state = self.lock();
+        match &state.shutdown {
+            ShutdownPhase::Done(report) => return Begin::Finished(report.clone()),
+            ShutdownPhase::Running(_) => return Begin::Again,
+            ShutdownPhase::NotStarted => {}
+        }
+        state.shutdown = ShutdownPhase::Running(ShutdownReport::default());
+        tracing::info!("the operator is exiting: stopping all daemons and timers");
+        for entry in state.objects.values() {
+            for slot in &entry.slots {
+                if let Run::Active(active) = &slot.run {
+                    active.shared.stop(StopReason::OPERATOR_EXITING);
+                }
+            }
+        }
+        Begin::First
+    }
+
+    /// Abandons what is left and completes the report (idempotent).
+    fn finish_shutdown(self: &Arc<Self>) -> ShutdownReport {
+        let mut state = self.lock();
+        if let ShutdownPhase::Done(report) = &state.shutdown {
+            return report.clone();
+        }
+        let mut left = Vec::new();
+        for (uid, entry) in &mut state.objects {
+            for (index, slot) in entry.slots.iter_mut().enumerate() {
+                if let Run::Active(active) = &slot.run {
+                    active.shared.stop(StopReason::ABANDONED);
+                    slot.run = Run::Idle;
+                    left.push((Arc::clone(uid), entry.reference.clone(), index));
+                }
+            }
+        }
+        for (uid, object, index) in left {
+            let spec = self.handlers[index].spec();
+            tracing::warn!(%object, handler = spec.id, "{} did not exit before the shutdown deadline; abandoning it", spec.kind.as_str());
+            state.record_exit(object, spec.id, spec.kind, Exit::Abandoned);
+            self.active.send_modify(|n| *n = n.saturating_sub(1));
+            self.reconcile(&mut state, &uid);
+        }
+        let mut report = match std::mem::replace(&mut state.shutdown, ShutdownPhase::NotStarted) {
+            ShutdownPhase::Running(report) | ShutdownPhase::Done(report) => report,
+            ShutdownPhase::NotStarted => ShutdownReport::default(),
+        };
+        for list in [
+            &mut report.exited,
+            &mut report.cancelled,
+            &mut report.abandoned,
+        ] {
+            list.sort();
+        }
+        state.shutdown = ShutdownPhase::Done(report.clone());
+        report
     }
 }
 
