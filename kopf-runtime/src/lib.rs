@@ -2,33 +2,171 @@
 //!
 //! A Kubernetes operator framework centred on per-resource **daemons** and **timers**, in the
 //! spirit of Python's [kopf](https://kopf.readthedocs.io).
+//!
+//! - A **daemon** ([`#[daemon]`](daemon)) is a long-running task per matching object: it starts
+//!   when the object appears (or when the operator starts), and is asked to stop — through its
+//!   [`Stopper`] — when the object is deleted, stops matching the handler's filters, or the
+//!   operator exits. A finalizer holds the object's deletion until its daemons are gone.
+//! - A **timer** ([`#[timer]`](timer)) is a function called per matching object on a schedule
+//!   (`interval`, `sharp`, `idle`, `initial_delay`, `jitter`, `once`), never overlapping itself;
+//!   its return value is stored under `status.<handler id>`.
+//!
+//! Both are plain functions whose parameters are injected by type, in any order: the object,
+//! its stop flag, a [`Patch`], the `kube::Client`, your shared [`Data`], ... The attributes check
+//! the options and the signature at compile time and register the function; an [`Operator`]
+//! started in `main` watches the resources and runs every registered handler.
+//!
+//! # Quick start
+//!
+//! The dependencies (kopf-rs is not on crates.io yet):
+//!
+//! ```toml
+//! [dependencies]
+//! kopf-runtime = { git = "https://github.com/kopf-rs/kopf-rs" }
+//! kube = { version = "5", default-features = false, features = [
+//!     "client", "rustls-tls", "ring", "runtime", "derive",
+//! ] }
+//! k8s-openapi = { version = "0.29", features = ["latest", "schemars"] }
+//! schemars = "1"
+//! serde = { version = "1", features = ["derive"] }
+//! serde_json = "1"
+//! tokio = { version = "1", features = ["rt-multi-thread", "macros", "time"] }
+//! tracing = "0.1"
+//! ```
+//!
+//! A custom resource, a daemon, a timer and `main`. With a cluster in `KUBECONFIG` and the CRD
+//! installed (`Backup::crd()`, from `kube::CustomResourceExt`, generates it), `cargo run` runs
+//! them:
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//!
+//! use kopf_runtime::prelude::*;
+//! use kopf_runtime::{LogFormat, SchemalessStatus, init_logging};
+//! use kube::CustomResource;
+//! use schemars::JsonSchema;
+//! use serde::{Deserialize, Serialize};
+//!
+//! /// The resource: `Backup` objects of `example.com/v1`. Handlers store their results under
+//! /// `status.<handler id>`, which `SchemalessStatus` keeps whole.
+//! #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, JsonSchema)]
+//! #[kube(group = "example.com", version = "v1", kind = "Backup", namespaced)]
+//! #[kube(status = "SchemalessStatus")]
+//! pub struct BackupSpec {
+//!     pub bucket: String,
+//! }
+//!
+//! /// A daemon: one per `Backup`, for as long as the object exists.
+//! #[daemon(cancellation_timeout = "10s")]
+//! async fn watch_bucket(backup: Arc<Backup>, stopper: Stopper) -> HandlerResult {
+//!     // `sleep` returns true as soon as the daemon is asked to stop.
+//!     while !stopper.sleep(Duration::from_secs(5)).await {
+//!         tracing::info!(bucket = %backup.spec.bucket, "still there");
+//!     }
+//!     tracing::info!(reason = %stopper.reason(), "stopping");
+//!     Ok(())
+//! }
+//!
+//! /// A timer: every 30 s per `Backup`, once the object has been unchanged for a minute. The
+//! /// value is stored under `status.summarize`.
+//! #[timer(interval = "30s", idle = "1m")]
+//! async fn summarize(backup: Arc<Backup>) -> HandlerResult<serde_json::Value> {
+//!     Ok(serde_json::json!({ "bucket": backup.spec.bucket }))
+//! }
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     init_logging(LogFormat::Human)?;
+//!     // Every #[daemon] and #[timer] of the binary, until SIGINT/SIGTERM; then a graceful stop.
+//!     Operator::builder().run().await?;
+//!     Ok(())
+//! }
+//! ```
+//!
+//! Handlers are functions: a test can call them without a cluster.
+//!
+//! ```
+//! # use std::collections::BTreeMap;
+//! # use std::sync::Arc;
+//! # use k8s_openapi::api::core::v1::ConfigMap;
+//! # use kopf_runtime::prelude::*;
+//! /// Every minute per ConfigMap: how many keys it has, under `status.count_keys`.
+//! #[timer(interval = "1m")]
+//! async fn count_keys(cm: Arc<ConfigMap>) -> HandlerResult<usize> {
+//!     Ok(cm.data.as_ref().map_or(0, |data| data.len()))
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! let data = BTreeMap::from([("a".to_owned(), "1".to_owned())]);
+//! let cm = ConfigMap { data: Some(data), ..ConfigMap::default() };
+//! assert_eq!(count_keys(Arc::new(cm)).await.unwrap(), 1);
+//! # }
+//! ```
+//!
+//! # What is where
+//!
+//! - **The crate root** has what handler authors and `main` use: the attributes [`daemon`] and
+//!   [`timer`]; the injectable parameters ([`Stopper`] with its [`StopReason`], [`Patch`] (and
+//!   [`PatchError`]), [`Live`], [`Data`], [`Memo`], [`Events`], [`ObjectRef`], [`Retry`],
+//!   [`Started`], [`Runtime`]) and [`Inject`] / [`BlockingSafe`] to make your own types
+//!   injectable; return values and errors ([`HandlerResult`], [`HandlerError`], [`ErrorKind`]);
+//!   resources ([`StaticResource`], [`ResourceInfo`], [`SchemalessStatus`]); the handler set
+//!   ([`Registry`]); and running the operator ([`Operator`], [`OperatorBuilder`],
+//!   [`OperatorError`], [`init_logging`], [`Operator::stats`]).
+//! - **[`prelude`]**: the names nearly every operator file uses, for
+//!   `use kopf_runtime::prelude::*;`.
+//! - **[`engine`]**: the Kubernetes-free engine underneath — handler specs, the type-erased
+//!   handler interface, and the [`Supervisor`](engine::Supervisor) that runs daemons and timers.
+//!   For driving the supervisor without Kubernetes, writing a handler without the attributes,
+//!   or testing filters against JSON objects.
+//!
+//! # Guides
+//!
+//! The user guide lives in the repository's `docs/` ([index]); its Rust blocks are compiled
+//! against this crate.
+//!
+//! - [Quick start], [daemons], [timers], [handlers] (signatures, injectable parameters, every
+//!   option), [filters], [patches and results][patches], [errors and retries][errors],
+//!   [finalizers and deletion][finalizers], [shutdown], [events and logging][events-and-logging].
+//! - [Testing your operator][testing], [deploying] (RBAC, probes), [operations],
+//!   [reliability] (what happens when the API server misbehaves).
+//! - [Coming from kopf][coming-from-kopf], and the [architecture] (crates and data flow).
+//!
+//! [index]: https://github.com/kopf-rs/kopf-rs/blob/main/docs/README.md
+//! [Quick start]: https://github.com/kopf-rs/kopf-rs/blob/main/docs/quickstart.md
+//! [daemons]: https://github.com/kopf-rs/kopf-rs/blob/main/docs/daemons.md
+//! [timers]: https://github.com/kopf-rs/kopf-rs/blob/main/docs/timers.md
+//! [handlers]: https://github.com/kopf-rs/kopf-rs/blob/main/docs/handlers.md
+//! [filters]: https://github.com/kopf-rs/kopf-rs/blob/main/docs/filters.md
+//! [patches]: https://github.com/kopf-rs/kopf-rs/blob/main/docs/patches.md
+//! [errors]: https://github.com/kopf-rs/kopf-rs/blob/main/docs/errors.md
+//! [finalizers]: https://github.com/kopf-rs/kopf-rs/blob/main/docs/finalizers.md
+//! [shutdown]: https://github.com/kopf-rs/kopf-rs/blob/main/docs/shutdown.md
+//! [events-and-logging]: https://github.com/kopf-rs/kopf-rs/blob/main/docs/events-and-logging.md
+//! [testing]: https://github.com/kopf-rs/kopf-rs/blob/main/docs/testing.md
+//! [deploying]: https://github.com/kopf-rs/kopf-rs/blob/main/docs/deploying.md
+//! [operations]: https://github.com/kopf-rs/kopf-rs/blob/main/docs/operations.md
+//! [reliability]: https://github.com/kopf-rs/kopf-rs/blob/main/docs/reliability.md
+//! [coming-from-kopf]: https://github.com/kopf-rs/kopf-rs/blob/main/docs/coming-from-kopf.md
+//! [architecture]: https://github.com/kopf-rs/kopf-rs/blob/main/docs/architecture.md
 #![doc(test(attr(deny(warnings))))]
 #![forbid(unsafe_code)]
 
 mod core;
+pub mod engine;
 mod handler;
 mod operator;
 mod status;
 
-pub use crate::core::effects::Effect;
-pub use crate::core::erased::{Call, ErasedHandler, Invocation, MatchError, Output, Services};
-pub use crate::core::memo::ObjectMemo;
-pub use crate::core::object::{ObjectError, ObjectRef, ObjectState};
+pub use crate::core::object::ObjectRef;
 pub use crate::core::outcome::{BoxError, ErrorKind, HandlerError, HandlerResult};
 pub use crate::core::resource::ResourceInfo;
-pub use crate::core::sink::{PatchError, PatchSink, PatchSinkHandle};
-pub use crate::core::spec::{
-    ErrorsMode, FieldFilter, Filters, HandlerKind, HandlerSpec, JsonLiteral, MetaFilter,
-    SourceLocation, TimerSchedule, ValueFilter,
-};
+pub use crate::core::sink::PatchError;
 pub use crate::core::stop::{StopReason, Stopper};
-pub use crate::core::supervisor::{
-    BlockingPool, ShutdownReport, Stats, Supervisor, SupervisorConfig,
-};
 pub use crate::handler::{
-    BlockingSafe, DaemonKind, Data, HandlerReturn, Inject, Live, Memo, Patch, Registration,
-    Registry, RegistryError, Retry, Runtime, ScopeKind, Started, StaticResource, TimerKind,
-    TypedHandler, erase,
+    BlockingSafe, Data, Inject, Live, Memo, Patch, Registry, RegistryError, Retry, Runtime,
+    ScopeKind, Started, StaticResource,
 };
 pub use crate::operator::{
     EventError, Events, KindStats, LogFormat, LoggingError, Operator, OperatorBuilder,
@@ -37,10 +175,44 @@ pub use crate::operator::{
 pub use crate::status::SchemalessStatus;
 pub use kopf_macros::{daemon, timer};
 
+/// The names nearly every operator file uses: `use kopf_runtime::prelude::*;`.
+///
+/// - the attributes [`daemon`] and [`timer`];
+/// - [`Operator`], to run the handlers from `main`;
+/// - the parameters most handlers take: [`Stopper`], [`Patch`], [`Live`], [`Data`],
+///   [`Memo`], [`Retry`] and [`Events`];
+/// - [`HandlerResult`] and [`HandlerError`], for what handlers return.
+///
+/// Everything else is imported by name from the crate root (e.g. [`ObjectRef`], [`StopReason`],
+/// [`Registry`], and [`Started`] and [`Runtime`], whose names are too common to import with a
+/// glob), or from [`engine`].
+///
+/// ```
+/// use std::sync::Arc;
+///
+/// use k8s_openapi::api::core::v1::Pod;
+/// use kopf_runtime::prelude::*;
+///
+/// #[daemon]
+/// async fn watch_pod(pod: Arc<Pod>, stopper: Stopper, patch: Patch) -> HandlerResult {
+///     stopper.stopped().await;
+///     patch.status("last_seen", pod.metadata.name.clone());
+///     Ok(())
+/// }
+/// ```
+pub mod prelude {
+    pub use crate::{
+        Data, Events, HandlerError, HandlerResult, Live, Memo, Operator, Patch, Retry, Stopper,
+        daemon, timer,
+    };
+}
+
 /// Items the code generated by `#[daemon]` and `#[timer]` refers to. Not a public API.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::handler::{Registration, Scope, assert_blocking_safe};
+    pub use crate::handler::{
+        DaemonKind, HandlerReturn, PreparedCall, TimerKind, assert_blocking_safe,
+    };
     pub use inventory;
     pub use kube::api::DynamicObject;
 }

@@ -4,7 +4,8 @@
 mod common;
 
 use common::*;
-use kopf_runtime::{ErrorsMode, HandlerError, StopReason, SupervisorConfig};
+use kopf_runtime::engine::{ErrorsMode, SupervisorConfig};
+use kopf_runtime::{HandlerError, StopReason};
 use serde_json::json;
 
 fn waiting_daemon(id: &'static str) -> H {
@@ -473,7 +474,7 @@ async fn a_panic_in_invoke_is_caught_too() {
 #[tokio::test(start_paused = true)]
 async fn a_patch_without_a_result_is_reported() {
     let d = daemon("d").run(|_| async {
-        Ok(kopf_runtime::Output {
+        Ok(kopf_runtime::engine::Output {
             result: None,
             patch: Some(json!({"spec": {"seen": true}})),
         })
@@ -485,7 +486,7 @@ async fn a_patch_without_a_result_is_reported() {
         .effects()
         .into_iter()
         .filter_map(|(at, e)| match e {
-            kopf_runtime::Effect::Output {
+            kopf_runtime::engine::Effect::Output {
                 handler: "d",
                 result,
                 patch,

@@ -5,7 +5,8 @@
 mod common;
 
 use common::*;
-use kopf_runtime::{HandlerSpec, StopReason};
+use kopf_runtime::StopReason;
+use kopf_runtime::engine::HandlerSpec;
 
 const DELETED: StopReason = StopReason::RESOURCE_DELETED;
 const SIGNALLED: StopReason = StopReason::SIGNALLED;

@@ -6,7 +6,8 @@ mod common;
 use std::sync::Arc;
 
 use common::*;
-use kopf_runtime::{BlockingPool, MatchError, Stats, StopReason, SupervisorConfig};
+use kopf_runtime::StopReason;
+use kopf_runtime::engine::{BlockingPool, MatchError, Stats, SupervisorConfig};
 use serde_json::json;
 
 fn waiting(id: &'static str) -> H {
@@ -321,7 +322,7 @@ async fn an_object_that_cannot_be_evaluated_is_skipped_once_per_version() {
         .effects()
         .into_iter()
         .filter_map(|(at, e)| match e {
-            kopf_runtime::Effect::Skipped {
+            kopf_runtime::engine::Effect::Skipped {
                 handler, message, ..
             } => Some((at, handler, message)),
             _ => None,

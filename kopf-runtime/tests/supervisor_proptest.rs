@@ -11,7 +11,8 @@
 mod common;
 
 use common::*;
-use kopf_runtime::{HandlerError, Stats};
+use kopf_runtime::HandlerError;
+use kopf_runtime::engine::Stats;
 use proptest::prelude::*;
 use serde_json::json;
 
@@ -171,7 +172,7 @@ async fn run_case(ops: Vec<Op>) -> Result<(), TestCaseError> {
     };
     prop_assert_eq!(stats, expected);
     prop_assert_eq!(h.log.in_flight(), 0);
-    prop_assert!(h.sup.shutdown().await == kopf_runtime::ShutdownReport::default());
+    prop_assert!(h.sup.shutdown().await == kopf_runtime::engine::ShutdownReport::default());
     Ok(())
 }
 

@@ -4,7 +4,8 @@
 mod common;
 
 use common::*;
-use kopf_runtime::{ObjectRef, ShutdownReport, StopReason, SupervisorConfig};
+use kopf_runtime::engine::{ShutdownReport, SupervisorConfig};
+use kopf_runtime::{ObjectRef, StopReason};
 
 fn coop() -> H {
     daemon("coop").run(|ctx| async move {

@@ -4,7 +4,8 @@
 mod common;
 
 use common::*;
-use kopf_runtime::{ErrorsMode, HandlerError, StopReason};
+use kopf_runtime::engine::ErrorsMode;
+use kopf_runtime::{HandlerError, StopReason};
 use serde_json::json;
 use std::sync::{Arc, Mutex};
 

@@ -8,7 +8,8 @@ mod many_timers;
 
 use std::time::Duration;
 
-use kopf_runtime::{ObjectState, Registry};
+use kopf_runtime::Registry;
+use kopf_runtime::engine::ObjectState;
 use serde_json::json;
 
 fn object(i: usize) -> ObjectState {

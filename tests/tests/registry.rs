@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
-use kopf_runtime::{HandlerKind, Registry, RegistryError, ResourceInfo, Stopper, daemon, timer};
+use kopf_runtime::engine::HandlerKind;
+use kopf_runtime::{Registry, RegistryError, ResourceInfo, Stopper, daemon, timer};
 
 #[daemon]
 async fn watch_pods(pod: Arc<Pod>, stopper: Stopper) {

@@ -44,7 +44,7 @@ fn duplicate_id_names_both_locations() {
 
 #[test]
 fn without_the_duplicates_the_rest_is_usable() {
-    let handlers = kopf_runtime::__private::inventory::iter::<kopf_runtime::Registration>()
+    let handlers = kopf_runtime::__private::inventory::iter::<kopf_runtime::engine::Registration>()
         .filter(|r| r.spec().id != "pods");
     let registry = Registry::from_registrations(handlers).unwrap();
     assert_eq!(

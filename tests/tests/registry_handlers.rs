@@ -7,10 +7,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
+use kopf_runtime::engine::{
+    Call, ErasedHandler, Invocation, MatchError, ObjectState, Output, Services,
+};
 use kopf_runtime::{
-    Call, Data, ErasedHandler, ErrorKind, HandlerError, Invocation, Live, MatchError, ObjectRef,
-    ObjectState, Output, Patch, Registry, Retry, Runtime, Services, Started, Stopper, daemon,
-    timer,
+    Data, ErrorKind, HandlerError, Live, ObjectRef, Patch, Registry, Retry, Runtime, Started,
+    Stopper, daemon, timer,
 };
 use serde_json::{Value, json};
 use tokio::sync::watch;

@@ -22,7 +22,7 @@ fn injections(model: &HandlerModel, object: &TokenStream) -> (Vec<TokenStream>, 
         .zip(&names)
         .map(|(ty, name)| {
             quote_spanned! {ty.span()=>
-                let #name = <#ty as #krate::Inject<#object>>::inject(__kopf_scope.invocation())?;
+                let #name = <#ty as #krate::Inject<#object>>::inject(__kopf_prepared.invocation())?;
             }
         })
         .collect();
@@ -44,8 +44,8 @@ fn blocking_checks(model: &HandlerModel) -> Vec<TokenStream> {
 fn convert(model: &HandlerModel, value: &TokenStream) -> TokenStream {
     let krate = &model.krate;
     let kind = match model.kind {
-        Kind::Daemon => quote!(#krate::DaemonKind),
-        Kind::Timer => quote!(#krate::TimerKind),
+        Kind::Daemon => quote!(#krate::__private::DaemonKind),
+        Kind::Timer => quote!(#krate::__private::TimerKind),
     };
     let span = model
         .sig
@@ -54,7 +54,10 @@ fn convert(model: &HandlerModel, value: &TokenStream) -> TokenStream {
         .map_or_else(|| model.sig.ident.span(), Spanned::span);
     // Every token of the conversion, and the value's name, sit on the return type, so an
     // unsupported return type is reported there.
-    let convert = respan(quote!(#krate::HandlerReturn::<#kind>::into_result), span);
+    let convert = respan(
+        quote!(#krate::__private::HandlerReturn::<#kind>::into_result),
+        span,
+    );
     let returned = syn::Ident::new("__kopf_returned", Span::mixed_site().located_at(span));
     quote! {{
         let #returned = #value;
@@ -73,21 +76,21 @@ pub(crate) fn invoke_fn(model: &HandlerModel, object: &TokenStream) -> TokenStre
         let converted = convert(model, &quote!(#call.await));
         let mut body = Group::new(Delimiter::Brace, converted);
         body.set_span(ident.span());
-        let run = respan(quote!(__kopf_scope.run_async), ident.span());
+        let run = respan(quote!(__kopf_prepared.run_async), ident.span());
         let future = quote_spanned!(ident.span()=> async move #body);
         (Vec::new(), quote!(#run(#future)))
     } else {
         let converted = convert(model, &call);
         (
             blocking_checks(model),
-            quote!(__kopf_scope.run_blocking(move || #converted)),
+            quote!(__kopf_prepared.run_blocking(move || #converted)),
         )
     };
     quote! {
         fn invoke(
-            __kopf_invocation: #krate::Invocation,
-        ) -> ::core::result::Result<#krate::Call, #krate::HandlerError> {
-            let __kopf_scope = #krate::__private::Scope::new(__kopf_invocation);
+            __kopf_invocation: #krate::engine::Invocation,
+        ) -> ::core::result::Result<#krate::engine::Call, #krate::HandlerError> {
+            let __kopf_prepared = #krate::__private::PreparedCall::new(__kopf_invocation);
             #(#checks)*
             #(#lets)*
             ::core::result::Result::Ok(#run)

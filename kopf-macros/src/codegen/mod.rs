@@ -114,11 +114,11 @@ pub(crate) fn generate(model: &HandlerModel) -> TokenStream {
             #[allow(non_camel_case_types)]
             struct __kopf_Handler;
 
-            impl #krate::TypedHandler for __kopf_Handler {
+            impl #krate::engine::TypedHandler for __kopf_Handler {
                 #object_decl
                 // Struct updates keep the code compiling when the spec gains fields.
                 #[allow(clippy::needless_update)]
-                const SPEC: &'static #krate::HandlerSpec = &#spec;
+                const SPEC: &'static #krate::engine::HandlerSpec = &#spec;
                 #resource
                 #when
                 #initial_delay
@@ -126,7 +126,7 @@ pub(crate) fn generate(model: &HandlerModel) -> TokenStream {
             }
 
             #krate::__private::inventory::submit! {
-                #krate::__private::Registration::new::<__kopf_Handler>()
+                #krate::engine::Registration::new::<__kopf_Handler>()
             }
         };
     }

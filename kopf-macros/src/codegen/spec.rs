@@ -29,12 +29,12 @@ fn opt_duration(d: Option<Duration>) -> TokenStream {
 fn meta_filters(krate: &syn::Path, entries: &[(String, MetaCondition)]) -> TokenStream {
     let items = entries.iter().map(|(key, condition)| {
         let filter = match condition {
-            MetaCondition::Equals(v) => quote!(#krate::MetaFilter::Equals(#v)),
-            MetaCondition::Present => quote!(#krate::MetaFilter::Present),
-            MetaCondition::Absent => quote!(#krate::MetaFilter::Absent),
+            MetaCondition::Equals(v) => quote!(#krate::engine::MetaFilter::Equals(#v)),
+            MetaCondition::Present => quote!(#krate::engine::MetaFilter::Present),
+            MetaCondition::Absent => quote!(#krate::engine::MetaFilter::Absent),
             MetaCondition::Predicate(f) => {
                 let f = &f.0;
-                quote_spanned!(f.span()=> #krate::MetaFilter::Predicate(#f))
+                quote_spanned!(f.span()=> #krate::engine::MetaFilter::Predicate(#f))
             }
         };
         quote!((#key, #filter))
@@ -52,30 +52,30 @@ fn field(krate: &syn::Path, field: Option<&Field>) -> TokenStream {
         return quote!(::core::option::Option::None);
     };
     let value = match value {
-        ValueArg::Present => quote!(#krate::ValueFilter::Present),
-        ValueArg::Absent => quote!(#krate::ValueFilter::Absent),
+        ValueArg::Present => quote!(#krate::engine::ValueFilter::Present),
+        ValueArg::Absent => quote!(#krate::engine::ValueFilter::Absent),
         ValueArg::Equals(lit) => {
             let lit = match lit {
-                JsonLit::Str(s) => quote!(#krate::JsonLiteral::Str(#s)),
+                JsonLit::Str(s) => quote!(#krate::engine::JsonLiteral::Str(#s)),
                 JsonLit::Int(i) => {
                     let i = Literal::i64_suffixed(*i);
-                    quote!(#krate::JsonLiteral::Int(#i))
+                    quote!(#krate::engine::JsonLiteral::Int(#i))
                 }
                 JsonLit::Float(f) => {
                     let f = Literal::f64_suffixed(*f);
-                    quote!(#krate::JsonLiteral::Float(#f))
+                    quote!(#krate::engine::JsonLiteral::Float(#f))
                 }
-                JsonLit::Bool(b) => quote!(#krate::JsonLiteral::Bool(#b)),
+                JsonLit::Bool(b) => quote!(#krate::engine::JsonLiteral::Bool(#b)),
             };
-            quote!(#krate::ValueFilter::Equals(#lit))
+            quote!(#krate::engine::ValueFilter::Equals(#lit))
         }
         ValueArg::Predicate(f) => {
             let f = &f.0;
-            quote_spanned!(f.span()=> #krate::ValueFilter::Predicate(#f))
+            quote_spanned!(f.span()=> #krate::engine::ValueFilter::Predicate(#f))
         }
     };
     quote! {
-        ::core::option::Option::Some(#krate::FieldFilter {
+        ::core::option::Option::Some(#krate::engine::FieldFilter {
             path: #path,
             segments: &[#(#segments),*],
             value: #value,
@@ -89,18 +89,19 @@ pub(crate) fn spec(model: &HandlerModel) -> TokenStream {
     let krate = &model.krate;
     let id = &model.id;
     let kind = match model.kind {
-        Kind::Daemon => quote!(#krate::HandlerKind::Daemon),
-        Kind::Timer => quote!(#krate::HandlerKind::Timer),
+        Kind::Daemon => quote!(#krate::engine::HandlerKind::Daemon),
+        Kind::Timer => quote!(#krate::engine::HandlerKind::Timer),
     };
     let errors = match model.errors {
-        ErrorsArg::Temporary => quote!(#krate::ErrorsMode::Temporary),
-        ErrorsArg::Permanent => quote!(#krate::ErrorsMode::Permanent),
-        ErrorsArg::Ignored => quote!(#krate::ErrorsMode::Ignored),
+        ErrorsArg::Temporary => quote!(#krate::engine::ErrorsMode::Temporary),
+        ErrorsArg::Permanent => quote!(#krate::engine::ErrorsMode::Permanent),
+        ErrorsArg::Ignored => quote!(#krate::engine::ErrorsMode::Ignored),
     };
     let blocking = !model.sig.is_async;
-    let backoff = model
-        .backoff
-        .map_or_else(|| quote!(#krate::HandlerSpec::DEFAULT_BACKOFF), duration);
+    let backoff = model.backoff.map_or_else(
+        || quote!(#krate::engine::HandlerSpec::DEFAULT_BACKOFF),
+        duration,
+    );
     let backoff_set = model.backoff.is_some();
     let retries = match model.retries {
         Some(n) => quote!(::core::option::Option::Some(#n)),
@@ -116,7 +117,7 @@ pub(crate) fn spec(model: &HandlerModel) -> TokenStream {
     let cancellation_backoff = opt_duration(model.cancellation_backoff);
     let cancellation_timeout = opt_duration(model.cancellation_timeout);
     let cancellation_polling = model.cancellation_polling.map_or_else(
-        || quote!(#krate::HandlerSpec::DEFAULT_CANCELLATION_POLLING),
+        || quote!(#krate::engine::HandlerSpec::DEFAULT_CANCELLATION_POLLING),
         duration,
     );
     let schedule = schedule(model);
@@ -124,8 +125,8 @@ pub(crate) fn spec(model: &HandlerModel) -> TokenStream {
     let annotations = meta_filters(krate, &model.annotations);
     let field = field(krate, model.field.as_ref());
     quote! {
-        #krate::HandlerSpec {
-            location: #krate::SourceLocation {
+        #krate::engine::HandlerSpec {
+            location: #krate::engine::SourceLocation {
                 file: ::core::file!(),
                 line: ::core::line!(),
                 column: ::core::column!(),
@@ -143,13 +144,13 @@ pub(crate) fn spec(model: &HandlerModel) -> TokenStream {
             cancellation_timeout: #cancellation_timeout,
             cancellation_polling: #cancellation_polling,
             schedule: #schedule,
-            filters: #krate::Filters {
+            filters: #krate::engine::Filters {
                 labels: #labels,
                 annotations: #annotations,
                 field: #field,
-                ..#krate::HandlerSpec::new(#id, #kind).filters
+                ..#krate::engine::HandlerSpec::new(#id, #kind).filters
             },
-            ..#krate::HandlerSpec::new(#id, #kind)
+            ..#krate::engine::HandlerSpec::new(#id, #kind)
         }
     }
 }
@@ -162,13 +163,13 @@ fn schedule(model: &HandlerModel) -> TokenStream {
     let jitter = opt_duration(s.jitter);
     let (sharp, once) = (s.sharp, s.once);
     quote! {
-        #krate::TimerSchedule {
+        #krate::engine::TimerSchedule {
             interval: #interval,
             sharp: #sharp,
             idle: #idle,
             jitter: #jitter,
             once: #once,
-            ..#krate::HandlerSpec::new("", #krate::HandlerKind::Timer).schedule
+            ..#krate::engine::HandlerSpec::new("", #krate::engine::HandlerKind::Timer).schedule
         }
     }
 }

@@ -48,7 +48,7 @@ impl fmt::Debug for Call {
 /// patch sink, the user's shared data. The core never looks inside.
 ///
 /// ```
-/// use kopf_runtime::Services;
+/// use kopf_runtime::engine::Services;
 /// let mut services = Services::default();
 /// services.insert(42_u32);
 /// assert_eq!(*services.get::<u32>().unwrap(), 42);
@@ -80,7 +80,7 @@ impl Services {
     /// invocation adds for itself (its patch). A second scoped value replaces the first.
     ///
     /// ```
-    /// use kopf_runtime::Services;
+    /// use kopf_runtime::engine::Services;
     /// let mut shared = Services::default();
     /// shared.insert(1_u8);
     /// let mut mine = shared.clone();
@@ -130,7 +130,7 @@ pub struct Invocation {
     /// The instance's span (kind, handler, namespace, name, uid): the handler runs inside it, so
     /// its log lines carry the object. Made once per instance, not per invocation.
     pub span: tracing::Span,
-    /// The object's memo, shared by its handlers (see [`crate::ObjectMemo`]).
+    /// The object's memo, shared by its handlers (see [`ObjectMemo`](crate::engine::ObjectMemo)).
     pub memo: std::sync::Arc<crate::core::memo::ObjectMemo>,
 }
 

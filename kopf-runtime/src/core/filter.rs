@@ -11,7 +11,7 @@ impl Filters {
     /// filter set matches everything).
     ///
     /// ```
-    /// use kopf_runtime::{Filters, MetaFilter, ObjectState};
+    /// use kopf_runtime::engine::{Filters, MetaFilter, ObjectState};
     /// const FILTERS: Filters = Filters {
     ///     labels: &[("app", MetaFilter::Equals("web")), ("legacy", MetaFilter::Absent)],
     ///     annotations: &[],
@@ -40,7 +40,7 @@ impl Filters {
     /// Whether there are no conditions at all.
     ///
     /// ```
-    /// assert!(kopf_runtime::Filters::default().is_empty());
+    /// assert!(kopf_runtime::engine::Filters::default().is_empty());
     /// ```
     #[must_use]
     pub fn is_empty(&self) -> bool {
@@ -52,7 +52,7 @@ impl MetaFilter {
     /// Whether a label or annotation value (`None`: the key is absent) satisfies the filter.
     ///
     /// ```
-    /// use kopf_runtime::MetaFilter;
+    /// use kopf_runtime::engine::MetaFilter;
     /// assert!(MetaFilter::Equals("x").matches(Some("x")));
     /// assert!(!MetaFilter::Equals("x").matches(None));
     /// assert!(MetaFilter::Present.matches(Some("")));
@@ -74,7 +74,7 @@ impl FieldFilter {
     /// Whether the value at this filter's path satisfies its condition.
     ///
     /// ```
-    /// use kopf_runtime::{FieldFilter, JsonLiteral, ObjectState, ValueFilter};
+    /// use kopf_runtime::engine::{FieldFilter, JsonLiteral, ObjectState, ValueFilter};
     /// const REPLICAS: FieldFilter = FieldFilter {
     ///     path: "spec.replicas",
     ///     segments: &["spec", "replicas"],
@@ -95,7 +95,7 @@ impl ValueFilter {
     /// Whether a field value (`None`: absent or `null`) satisfies the filter.
     ///
     /// ```
-    /// use kopf_runtime::{JsonLiteral, ValueFilter};
+    /// use kopf_runtime::engine::{JsonLiteral, ValueFilter};
     /// use serde_json::json;
     /// assert!(ValueFilter::Present.matches(Some(&json!(false))));
     /// assert!(ValueFilter::Absent.matches(None));
@@ -117,7 +117,7 @@ impl JsonLiteral {
     /// both `3` and `3.0`.
     ///
     /// ```
-    /// use kopf_runtime::JsonLiteral;
+    /// use kopf_runtime::engine::JsonLiteral;
     /// use serde_json::json;
     /// assert!(JsonLiteral::Int(3).matches(&json!(3.0)));
     /// assert!(JsonLiteral::Float(0.5).matches(&json!(0.5)));

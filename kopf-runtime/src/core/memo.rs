@@ -14,7 +14,7 @@ type Value = Arc<dyn Any + Send + Sync>;
 ///
 /// ```
 /// use std::sync::atomic::{AtomicU32, Ordering};
-/// let memo = kopf_runtime::ObjectMemo::default();
+/// let memo = kopf_runtime::engine::ObjectMemo::default();
 /// memo.get_or_default::<AtomicU32>().fetch_add(1, Ordering::Relaxed);
 /// assert_eq!(memo.get_or_default::<AtomicU32>().load(Ordering::Relaxed), 1);
 /// ```
@@ -26,7 +26,7 @@ impl ObjectMemo {
     /// mutability inside `T` (an atomic, a `Mutex`) to change it.
     ///
     /// ```
-    /// # use kopf_runtime::ObjectMemo;
+    /// # use kopf_runtime::engine::ObjectMemo;
     /// let memo = ObjectMemo::default();
     /// *memo.get_or_default::<std::sync::Mutex<String>>().lock().unwrap() = "seen".into();
     /// assert_eq!(*memo.get_or_default::<std::sync::Mutex<String>>().lock().unwrap(), "seen");

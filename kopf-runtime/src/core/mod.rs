@@ -1,6 +1,10 @@
 //! The Kubernetes-free core: handler specs, the stop flag, object snapshots, and the supervisor
 //! that runs daemons and timers. Nothing in this module imports `kube` (CI checks it), so all of
 //! it is tested with paused tokio time.
+//!
+//! Its public items are re-exported by [`crate::engine`], except the few that handler authors
+//! see directly (`Stopper`, `HandlerError`, `ObjectRef`, `ResourceInfo`, `PatchError`, ...),
+//! which are at the crate root.
 
 pub(crate) mod effects;
 pub(crate) mod erased;

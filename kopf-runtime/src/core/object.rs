@@ -46,7 +46,7 @@ type Decoded = Result<Arc<dyn Any + Send + Sync>, Arc<serde_json::Error>>;
 /// (without `metadata.managedFields`). Typed views are decoded lazily and cached per type.
 ///
 /// ```
-/// use kopf_runtime::ObjectState;
+/// use kopf_runtime::engine::ObjectState;
 /// let obj = ObjectState::from_json(serde_json::json!({
 ///     "apiVersion": "v1", "kind": "ConfigMap",
 ///     "metadata": {"name": "a", "namespace": "ns", "uid": "u1", "labels": {"app": "x"}},
@@ -128,7 +128,7 @@ impl ObjectState {
     /// `metadata.resourceVersion`, if the body has one.
     ///
     /// ```
-    /// # use kopf_runtime::ObjectState;
+    /// # use kopf_runtime::engine::ObjectState;
     /// let meta = serde_json::json!({"name": "a", "uid": "u", "resourceVersion": "42"});
     /// let obj = ObjectState::from_json(serde_json::json!({"metadata": meta})).unwrap();
     /// assert_eq!(obj.resource_version(), Some("42"));
@@ -197,7 +197,7 @@ impl ObjectState {
     /// The value at a path of object keys (`null` counts as absent).
     ///
     /// ```
-    /// # use kopf_runtime::ObjectState;
+    /// # use kopf_runtime::engine::ObjectState;
     /// let obj = ObjectState::from_json(serde_json::json!({
     ///     "metadata": {"name": "a", "uid": "u"}, "spec": {"size": 3}})).unwrap();
     /// assert_eq!(obj.field(&["spec", "size"]), Some(&serde_json::json!(3)));
@@ -218,7 +218,7 @@ impl ObjectState {
     /// The deserialization error (shared, also cached) if the body does not fit `K`.
     ///
     /// ```
-    /// # use kopf_runtime::ObjectState;
+    /// # use kopf_runtime::engine::ObjectState;
     /// #[derive(serde::Deserialize)]
     /// struct Named { metadata: Meta }
     /// #[derive(serde::Deserialize)]

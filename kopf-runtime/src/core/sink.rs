@@ -21,8 +21,10 @@ pub struct PatchError {
 }
 
 /// Applies JSON merge patches to objects of one resource kind. The operator provides one per
-/// resource (in [`crate::Services`] as a [`PatchSinkHandle`]); keys under `status` go through
-/// the status subresource when the resource has one. Every write is guarded by the object's UID.
+/// resource (in [`Services`](crate::engine::Services) as a [`PatchSinkHandle`]); keys under
+/// `status` go through the status subresource when the resource has one. Every write is guarded
+/// by the object's UID. A failed write is a [`PatchError`], which handlers see from
+/// [`Patch::flush`](crate::Patch::flush).
 pub trait PatchSink: Send + Sync + 'static {
     /// Applies `patch` to `object`.
     ///
@@ -32,7 +34,7 @@ pub trait PatchSink: Send + Sync + 'static {
     -> BoxFuture<'static, Result<(), PatchError>>;
 }
 
-/// The [`PatchSink`] as stored in [`crate::Services`].
+/// The [`PatchSink`] as stored in [`Services`](crate::engine::Services).
 #[derive(Clone)]
 pub struct PatchSinkHandle(pub Arc<dyn PatchSink>);
 

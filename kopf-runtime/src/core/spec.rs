@@ -18,7 +18,7 @@ impl HandlerKind {
     /// `"daemon"` or `"timer"`, as used in logs.
     ///
     /// ```
-    /// assert_eq!(kopf_runtime::HandlerKind::Timer.as_str(), "timer");
+    /// assert_eq!(kopf_runtime::engine::HandlerKind::Timer.as_str(), "timer");
     /// ```
     #[must_use]
     pub const fn as_str(self) -> &'static str {
@@ -185,7 +185,7 @@ impl HandlerSpec {
     /// A spec with every option at its default, for the given id and kind (tests and builders).
     ///
     /// ```
-    /// use kopf_runtime::{HandlerKind, HandlerSpec};
+    /// use kopf_runtime::engine::{HandlerKind, HandlerSpec};
     /// const SPEC: HandlerSpec = HandlerSpec::new("monitor", HandlerKind::Daemon);
     /// assert!(SPEC.finalizer);
     /// ```

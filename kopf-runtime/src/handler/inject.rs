@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use super::live::Live;
 use super::patch::Patch;
-use super::scope::Scratch;
+use super::prepared::Scratch;
 use crate::core::erased::Invocation;
 use crate::core::object::ObjectRef;
 use crate::core::outcome::HandlerError;
@@ -26,7 +26,8 @@ use crate::core::stop::Stopper;
 /// own types to inject them too.
 ///
 /// ```
-/// use kopf_runtime::{HandlerError, Inject, Invocation};
+/// use kopf_runtime::{HandlerError, Inject};
+/// use kopf_runtime::engine::Invocation;
 ///
 /// /// The object's name, as a parameter.
 /// struct Name(String);
@@ -37,7 +38,7 @@ use crate::core::stop::Stopper;
 ///     }
 /// }
 ///
-/// # let object = std::sync::Arc::new(kopf_runtime::ObjectState::from_json(
+/// # let object = std::sync::Arc::new(kopf_runtime::engine::ObjectState::from_json(
 /// #     serde_json::json!({"metadata": {"name": "a", "uid": "u"}})).unwrap());
 /// # let (_tx, live) = tokio::sync::watch::channel(object.clone());
 /// # let invocation = Invocation { object, live, stopper: kopf_runtime::Stopper::new(),
@@ -125,13 +126,14 @@ pub struct Runtime(pub Duration);
 /// type nobody inserted fails with an error naming it.
 ///
 /// ```
-/// use kopf_runtime::{Data, Inject, Invocation, Services, Stopper};
+/// use kopf_runtime::{Data, Inject, Stopper};
+/// use kopf_runtime::engine::{Invocation, Services};
 /// # use std::sync::Arc;
 /// struct Settings { greeting: String }
 ///
 /// let mut services = Services::default();
 /// services.insert(Settings { greeting: "hi".into() });
-/// # let object = Arc::new(kopf_runtime::ObjectState::from_json(
+/// # let object = Arc::new(kopf_runtime::engine::ObjectState::from_json(
 /// #     serde_json::json!({"metadata": {"name": "a", "uid": "u"}})).unwrap());
 /// # let (_tx, live) = tokio::sync::watch::channel(object.clone());
 /// # let invocation = Invocation { object, live, stopper: Stopper::new(), retry: 0,

@@ -18,7 +18,8 @@ use crate::core::object::ObjectState;
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
 /// use std::sync::Arc;
-/// use kopf_runtime::{Live, ObjectState};
+/// use kopf_runtime::Live;
+/// use kopf_runtime::engine::ObjectState;
 /// use k8s_openapi::api::core::v1::ConfigMap;
 /// use serde_json::json;
 ///
@@ -55,7 +56,8 @@ impl<K: DeserializeOwned + Send + Sync + 'static> Live<K> {
     /// The deserialization error if the current version does not decode into `K`.
     ///
     /// ```
-    /// # use std::sync::Arc; use kopf_runtime::{Live, ObjectState};
+    /// # use std::sync::Arc; use kopf_runtime::Live;
+    /// # use kopf_runtime::engine::ObjectState;
     /// let obj = ObjectState::from_json(serde_json::json!({"metadata": {"name": "a", "uid": "u"}}));
     /// let (_tx, rx) = tokio::sync::watch::channel(Arc::new(obj.unwrap()));
     /// assert!(Live::<u32>::new(rx).is_err());

@@ -1,21 +1,21 @@
 //! The typed handler layer: what `#[daemon]` and `#[timer]` generate code against. It turns a
-//! user's function into an [`ErasedHandler`](crate::ErasedHandler) (injecting parameters by
-//! type, converting return values), and collects all handlers of the binary at start-up.
+//! user's function into an [`ErasedHandler`](crate::engine::ErasedHandler) (injecting parameters
+//! by type, converting return values), and collects all handlers of the binary at start-up.
 
 mod inject;
 mod live;
 mod memo;
 mod patch;
+mod prepared;
 mod registry;
 mod resource;
-mod scope;
 mod typed;
 
 pub use inject::{BlockingSafe, Data, Inject, Retry, Runtime, Started, assert_blocking_safe};
 pub use live::Live;
 pub use memo::Memo;
 pub use patch::Patch;
+pub use prepared::{DaemonKind, HandlerReturn, PreparedCall, TimerKind};
 pub use registry::{Registration, Registry, RegistryError};
 pub use resource::{ScopeKind, StaticResource};
-pub use scope::{DaemonKind, HandlerReturn, Scope, TimerKind};
 pub use typed::{TypedHandler, erase};

@@ -20,7 +20,8 @@ use crate::core::sink::{PatchError, PatchSinkHandle};
 /// ```
 /// use kopf_runtime::Patch;
 /// use serde_json::json;
-/// # let object = kopf_runtime::ObjectState::from_json(json!({"metadata": {"name": "a", "uid": "u"}})).unwrap();
+/// # let object = kopf_runtime::engine::ObjectState::from_json(
+/// #     json!({"metadata": {"name": "a", "uid": "u"}})).unwrap();
 /// # let patch = Patch::detached(object.reference().clone());
 /// patch.merge(json!({"metadata": {"labels": {"seen": "yes"}}}));
 /// patch.status("phase", "Running");

@@ -24,7 +24,8 @@ impl Registration {
     /// The registration of a typed handler (const, for `inventory::submit!`).
     ///
     /// ```
-    /// # use kopf_runtime::{Call, HandlerError, HandlerKind, HandlerSpec, Invocation, ResourceInfo, TypedHandler};
+    /// # use kopf_runtime::{HandlerError, ResourceInfo};
+    /// # use kopf_runtime::engine::{Call, HandlerKind, HandlerSpec, Invocation, TypedHandler};
     /// # struct H;
     /// # impl TypedHandler for H {
     /// #     type Resource = serde_json::Value;
@@ -32,7 +33,7 @@ impl Registration {
     /// #     fn resource() -> ResourceInfo { ResourceInfo::new("", "v1", "Pod", "pods", true) }
     /// #     fn invoke(_: Invocation) -> Result<Call, HandlerError> { Err(HandlerError::msg("x")) }
     /// # }
-    /// use kopf_runtime::Registration;
+    /// use kopf_runtime::engine::Registration;
     /// static REGISTRATION: Registration = Registration::new::<H>();
     /// assert_eq!(REGISTRATION.spec().id, "h");
     /// assert_eq!(REGISTRATION.resource().plural, "pods");
@@ -174,7 +175,7 @@ impl Registry {
     ///
     /// ```
     /// # let registry = kopf_runtime::Registry::default();
-    /// let timers = registry.retain(|spec| spec.kind == kopf_runtime::HandlerKind::Timer);
+    /// let timers = registry.retain(|spec| spec.kind == kopf_runtime::engine::HandlerKind::Timer);
     /// assert!(timers.is_empty());
     /// ```
     #[must_use]

@@ -20,10 +20,8 @@ use crate::core::spec::HandlerSpec;
 /// macros also check the options and the signature at compile time.
 ///
 /// ```
-/// use kopf_runtime::{
-///     Call, HandlerError, HandlerKind, HandlerSpec, Invocation, Output, ResourceInfo,
-///     TypedHandler,
-/// };
+/// use kopf_runtime::engine::{Call, HandlerKind, HandlerSpec, Invocation, Output, TypedHandler};
+/// use kopf_runtime::{HandlerError, ResourceInfo};
 /// use kube::api::DynamicObject;
 ///
 /// struct Noop;
@@ -37,7 +35,7 @@ use crate::core::spec::HandlerSpec;
 ///         Ok(Call::Async(Box::pin(async { Ok(Output::default()) })))
 ///     }
 /// }
-/// let erased = kopf_runtime::erase::<Noop>();
+/// let erased = kopf_runtime::engine::erase::<Noop>();
 /// assert_eq!(erased.spec().id, "noop");
 /// ```
 pub trait TypedHandler: Send + Sync + 'static {
@@ -73,7 +71,8 @@ pub trait TypedHandler: Send + Sync + 'static {
 /// The type-erased view of a [`TypedHandler`], as the supervisor uses it.
 ///
 /// ```
-/// # use kopf_runtime::{Call, HandlerError, HandlerKind, HandlerSpec, Invocation, ResourceInfo, TypedHandler};
+/// # use kopf_runtime::{HandlerError, ResourceInfo};
+/// # use kopf_runtime::engine::{Call, HandlerKind, HandlerSpec, Invocation, TypedHandler};
 /// # struct H;
 /// # impl TypedHandler for H {
 /// #     type Resource = serde_json::Value;
@@ -81,9 +80,9 @@ pub trait TypedHandler: Send + Sync + 'static {
 /// #     fn resource() -> ResourceInfo { ResourceInfo::new("", "v1", "Pod", "pods", true) }
 /// #     fn invoke(_: Invocation) -> Result<Call, HandlerError> { Err(HandlerError::msg("unused")) }
 /// # }
-/// let object = kopf_runtime::ObjectState::from_json(serde_json::json!({
+/// let object = kopf_runtime::engine::ObjectState::from_json(serde_json::json!({
 ///     "metadata": {"name": "a", "uid": "u"}})).unwrap();
-/// assert!(kopf_runtime::erase::<H>().matches(&object).unwrap());
+/// assert!(kopf_runtime::engine::erase::<H>().matches(&object).unwrap());
 /// ```
 #[must_use]
 pub fn erase<H: TypedHandler>() -> Arc<dyn ErasedHandler> {

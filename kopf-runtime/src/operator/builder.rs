@@ -101,6 +101,7 @@ impl OperatorBuilder {
     /// ```
     /// # use std::sync::Arc;
     /// # use kopf_runtime::*;
+    /// # use kopf_runtime::engine::*;
     /// # struct Mine;
     /// # static SPEC: HandlerSpec = HandlerSpec::new("mine", HandlerKind::Daemon);
     /// # impl ErasedHandler for Mine {

@@ -66,6 +66,7 @@ pub enum OperatorError {
     /// ```
     /// # use std::sync::Arc;
     /// # use kopf_runtime::*;
+    /// # use kopf_runtime::engine::*;
     /// # struct Mine;
     /// # static SPEC: HandlerSpec = HandlerSpec::new("mine", HandlerKind::Daemon);
     /// # impl ErasedHandler for Mine {

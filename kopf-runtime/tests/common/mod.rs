@@ -34,10 +34,11 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use kopf_runtime::{
-    Call, Effect, ErasedHandler, HandlerError, HandlerKind, HandlerSpec, Invocation, MatchError,
-    ObjectState, Output, Services, Stats, Stopper, Supervisor, SupervisorConfig,
+use kopf_runtime::engine::{
+    Call, Effect, ErasedHandler, HandlerKind, HandlerSpec, Invocation, MatchError, ObjectState,
+    Output, Services, Stats, Supervisor, SupervisorConfig,
 };
+use kopf_runtime::{HandlerError, Stopper};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 

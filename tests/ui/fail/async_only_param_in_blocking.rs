@@ -1,7 +1,7 @@
 #![allow(unused)]
 
 use k8s_openapi::api::core::v1::Pod;
-use kopf_runtime::{HandlerError, Inject, Invocation, Stopper, daemon};
+use kopf_runtime::{HandlerError, Inject, Stopper, daemon, engine::Invocation};
 
 /// An injectable of the user's own that works only in async code (no `BlockingSafe`).
 struct AsyncOnly;

@@ -3,7 +3,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use kopf_runtime::{HandlerKind, Registry, Stopper, daemon};
+use kopf_runtime::{Registry, Stopper, daemon};
+use kopf_runtime::engine::HandlerKind;
 
 fn scheduled(pod: &Pod) -> bool {
     pod.spec.as_ref().is_some_and(|s| s.node_name.is_some())

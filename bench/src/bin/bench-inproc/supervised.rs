@@ -5,9 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kopf_bench::names::{NAMESPACE, object_index, object_name};
-use kopf_runtime::{
-    Call, ErasedHandler, HandlerError, HandlerKind, HandlerSpec, Invocation, MatchError,
-    ObjectState, Output, Services, Supervisor, SupervisorConfig,
+use kopf_runtime::HandlerError;
+use kopf_runtime::engine::{
+    Call, ErasedHandler, HandlerKind, HandlerSpec, Invocation, MatchError, ObjectState, Output,
+    Services, Supervisor, SupervisorConfig,
 };
 
 use crate::track::Tracker;

@@ -13,12 +13,12 @@ use tokio_util::sync::CancellationToken;
 ///
 /// Every blocking invocation gets its own [`std::thread`] — never a shared pool that
 /// long-lived daemons could exhaust. When `capacity` threads are busy, further blocking
-/// invocations wait in a queue (with a warning and a counter in [`crate::Stats`]) until one
+/// invocations wait in a queue (with a warning and a counter in [`Stats`](super::Stats)) until one
 /// ends; a queued invocation whose object goes away is dropped without running. Clones share
 /// the same cap, so one pool can be given to several supervisors.
 ///
 /// ```
-/// use kopf_runtime::BlockingPool;
+/// use kopf_runtime::engine::BlockingPool;
 /// let pool = BlockingPool::new(8);
 /// assert_eq!(pool.capacity(), 8);
 /// assert_eq!(pool.in_use(), 0);
@@ -52,7 +52,7 @@ impl BlockingPool {
     /// A pool of at most `capacity` dedicated threads (at least one).
     ///
     /// ```
-    /// # use kopf_runtime::BlockingPool;
+    /// # use kopf_runtime::engine::BlockingPool;
     /// assert_eq!(BlockingPool::new(0).capacity(), 1);
     /// ```
     #[must_use]
@@ -67,7 +67,7 @@ impl BlockingPool {
     /// The cap.
     ///
     /// ```
-    /// # use kopf_runtime::BlockingPool;
+    /// # use kopf_runtime::engine::BlockingPool;
     /// assert_eq!(BlockingPool::new(3).capacity(), 3);
     /// ```
     #[must_use]
@@ -78,7 +78,7 @@ impl BlockingPool {
     /// The threads running now (also abandoned ones that have not returned yet).
     ///
     /// ```
-    /// # use kopf_runtime::BlockingPool;
+    /// # use kopf_runtime::engine::BlockingPool;
     /// assert_eq!(BlockingPool::new(3).in_use(), 0);
     /// ```
     #[must_use]

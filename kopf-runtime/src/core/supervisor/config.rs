@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use super::blocking::BlockingPool;
 
-/// Operator-wide options of a [`crate::Supervisor`].
+/// Operator-wide options of a [`Supervisor`](super::Supervisor).
 ///
 /// ```
-/// use kopf_runtime::{BlockingPool, SupervisorConfig};
+/// use kopf_runtime::engine::{BlockingPool, SupervisorConfig};
 /// use std::time::Duration;
 /// let config = SupervisorConfig {
 ///     blocking: BlockingPool::new(64),
@@ -22,8 +22,8 @@ use super::blocking::BlockingPool;
 pub struct SupervisorConfig {
     /// The cap on dedicated threads for blocking handlers.
     pub blocking: BlockingPool,
-    /// How long [`crate::Supervisor::shutdown`] waits for handlers to exit before abandoning
-    /// them (default 25 s, inside a pod's default 30 s grace period).
+    /// How long [`Supervisor::shutdown`](super::Supervisor::shutdown) waits for handlers to
+    /// exit before abandoning them (default 25 s, inside a pod's default 30 s grace period).
     pub shutdown_timeout: Duration,
     /// The seed of the random source for timer `jitter` (`None`: random), so that tests can
     /// assert exact instants.

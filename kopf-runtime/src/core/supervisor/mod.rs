@@ -59,7 +59,8 @@ use crate::core::stop::StopReason;
 ///
 /// ```
 /// use std::sync::Arc;
-/// use kopf_runtime::*;
+/// use kopf_runtime::HandlerError;
+/// use kopf_runtime::engine::*;
 ///
 /// /// A hand-written handler: a daemon that returns at once with a result.
 /// struct Hello;
@@ -124,7 +125,7 @@ impl Supervisor {
     /// A supervisor for `handlers`, and the channel of its [`Effect`]s.
     ///
     /// ```
-    /// # use kopf_runtime::*;
+    /// # use kopf_runtime::engine::*;
     /// let (supervisor, _effects) =
     ///     Supervisor::new(Vec::new(), Services::default(), SupervisorConfig::default());
     /// assert_eq!(supervisor.stats(), Stats::default());
@@ -181,7 +182,7 @@ impl Supervisor {
     /// when it changes.
     ///
     /// ```
-    /// # use kopf_runtime::*;
+    /// # use kopf_runtime::engine::*;
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
     /// let (supervisor, mut effects) =
     ///     Supervisor::new(Vec::new(), Services::default(), SupervisorConfig::default());
@@ -205,7 +206,7 @@ impl Supervisor {
     /// served again. Use [`Supervisor::gone_at`] when the version of the deletion is known.
     ///
     /// ```
-    /// # use kopf_runtime::*;
+    /// # use kopf_runtime::engine::*;
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
     /// # let (supervisor, _) = Supervisor::new(Vec::new(), Services::default(), SupervisorConfig::default());
     /// let meta = serde_json::json!({"name": "a", "uid": "u", "resourceVersion": "5"});
@@ -227,7 +228,7 @@ impl Supervisor {
     /// object back. A version that is not a number counts as unknown.
     ///
     /// ```
-    /// # use kopf_runtime::*;
+    /// # use kopf_runtime::engine::*;
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
     /// # let (supervisor, _) = Supervisor::new(Vec::new(), Services::default(), SupervisorConfig::default());
     /// let obj = |rv: &str| {
@@ -251,7 +252,7 @@ impl Supervisor {
     /// or an instance of such a handler is still running or stopping.
     ///
     /// ```
-    /// # use kopf_runtime::*;
+    /// # use kopf_runtime::engine::*;
     /// # let (supervisor, _) = Supervisor::new(Vec::new(), Services::default(), SupervisorConfig::default());
     /// assert!(!supervisor.holds_finalizer("unknown"));
     /// ```
@@ -269,7 +270,7 @@ impl Supervisor {
     /// against a relist.
     ///
     /// ```
-    /// # use kopf_runtime::*;
+    /// # use kopf_runtime::engine::*;
     /// # let (supervisor, _) = Supervisor::new(Vec::new(), Services::default(), SupervisorConfig::default());
     /// assert!(supervisor.tracked_uids().is_empty());
     /// ```
@@ -290,7 +291,7 @@ impl Supervisor {
     /// `OPERATOR_PAUSING`, and nothing starts until [`Supervisor::resume`]. Finalizers stay.
     ///
     /// ```
-    /// # use kopf_runtime::*;
+    /// # use kopf_runtime::engine::*;
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
     /// # let (supervisor, _) = Supervisor::new(Vec::new(), Services::default(), SupervisorConfig::default());
     /// supervisor.pause();
@@ -305,7 +306,7 @@ impl Supervisor {
     /// starts its instances again (with their `initial_delay`), as a fresh watch would.
     ///
     /// ```
-    /// # use kopf_runtime::*;
+    /// # use kopf_runtime::engine::*;
     /// # let (supervisor, _) = Supervisor::new(Vec::new(), Services::default(), SupervisorConfig::default());
     /// supervisor.resume(); // not paused: nothing happens
     /// ```
@@ -325,7 +326,7 @@ impl Supervisor {
     /// calling `shutdown` again then completes it at once, without further grace.
     ///
     /// ```
-    /// # use kopf_runtime::*;
+    /// # use kopf_runtime::engine::*;
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
     /// # let (supervisor, _) = Supervisor::new(Vec::new(), Services::default(), SupervisorConfig::default());
     /// let report = supervisor.shutdown().await;
@@ -339,7 +340,7 @@ impl Supervisor {
     /// A snapshot of objects, instances and counters.
     ///
     /// ```
-    /// # use kopf_runtime::*;
+    /// # use kopf_runtime::engine::*;
     /// # let (supervisor, _) = Supervisor::new(Vec::new(), Services::default(), SupervisorConfig::default());
     /// assert_eq!(supervisor.stats().fires, 0);
     /// ```

@@ -2,11 +2,12 @@
 
 use crate::core::object::ObjectRef;
 
-/// What [`crate::Supervisor::shutdown`] did with each instance that was alive when it began
-/// (or that was still stopping), as `(object, handler id)` pairs sorted by object and handler.
+/// What [`Supervisor::shutdown`](super::Supervisor::shutdown) did with each instance that was
+/// alive when it began (or that was still stopping), as `(object, handler id)` pairs sorted by
+/// object and handler.
 ///
 /// ```
-/// use kopf_runtime::ShutdownReport;
+/// use kopf_runtime::engine::ShutdownReport;
 /// let report = ShutdownReport::default();
 /// assert!(report.exited.is_empty() && report.cancelled.is_empty() && report.abandoned.is_empty());
 /// ```

@@ -5,13 +5,13 @@ use std::sync::atomic::Ordering;
 use super::state::{Run, SupervisorCore};
 use crate::core::spec::HandlerKind;
 
-/// A snapshot of the supervisor's work, from [`crate::Supervisor::stats`].
+/// A snapshot of the supervisor's work, from [`Supervisor::stats`](super::Supervisor::stats).
 ///
 /// Gauges (`objects`, `*_running`, `*_stopping`, `*_queued`, `threads`) describe this moment;
 /// counters (`*_abandoned`, `thread_waits`, `fires`, `failures`) count since the supervisor was created.
 ///
 /// ```
-/// use kopf_runtime::Stats;
+/// use kopf_runtime::engine::Stats;
 /// let idle = Stats::default();
 /// assert_eq!(idle.objects, 0);
 /// assert_eq!(idle, Stats { fires: 0, ..Self::default() });

@@ -28,16 +28,20 @@ impl Scratch {
     }
 }
 
-/// One invocation being prepared by generated code. Not for direct use.
-#[doc(hidden)]
+/// One invocation being prepared by generated code: the [`Invocation`] its parameters are
+/// injected from, the per-invocation scratch space that makes the [`Patch`] injectable, and the
+/// instance's span the handler runs in. `#[daemon]` and `#[timer]` make one in every
+/// `invoke`, inject the parameters from [`PreparedCall::invocation`], then turn the user's call
+/// into a [`Call`] with [`PreparedCall::run_async`] or [`PreparedCall::run_blocking`]. Not for
+/// direct use: a hand-written handler builds its [`Call`] itself.
 #[derive(Debug)]
-pub struct Scope {
+pub struct PreparedCall {
     invocation: Invocation,
     scratch: Arc<Scratch>,
     span: tracing::Span,
 }
 
-impl Scope {
+impl PreparedCall {
     /// Prepares the invocation: the patch becomes injectable, and the handler will run in the
     /// instance's span.
     #[must_use]
@@ -111,7 +115,7 @@ fn finish(
 /// `Result<T, E>` with `T: Serialize` for timers (`Kind` is [`DaemonKind`] or [`TimerKind`]).
 ///
 /// ```
-/// use kopf_runtime::{DaemonKind, HandlerReturn, TimerKind};
+/// use kopf_runtime::__private::{DaemonKind, HandlerReturn, TimerKind};
 /// assert_eq!(HandlerReturn::<DaemonKind>::into_result(()).unwrap(), None);
 /// let ok: Result<u32, std::io::Error> = Ok(7);
 /// assert_eq!(HandlerReturn::<TimerKind>::into_result(ok).unwrap(), Some(serde_json::json!(7)));
