@@ -120,13 +120,11 @@
 
 pub use crate::core::effects::Effect;
 pub use crate::core::erased::{Call, ErasedHandler, Invocation, MatchError, Output, Services};
+pub use crate::core::filter::{FieldFilter, Filters, JsonLiteral, MetaFilter, ValueFilter};
 pub use crate::core::memo::ObjectMemo;
 pub use crate::core::object::{ObjectError, ObjectState};
 pub use crate::core::sink::{PatchSink, PatchSinkHandle};
-pub use crate::core::spec::{
-    ErrorsMode, FieldFilter, Filters, HandlerKind, HandlerSpec, JsonLiteral, MetaFilter,
-    SourceLocation, TimerSchedule, ValueFilter,
-};
+pub use crate::core::spec::{ErrorsMode, HandlerKind, HandlerSpec, SourceLocation, TimerSchedule};
 pub use crate::core::supervisor::{
     BlockingPool, ShutdownReport, Stats, Supervisor, SupervisorConfig,
 };

@@ -1,10 +1,71 @@
-//! Evaluating the declarative filters of a [`HandlerSpec`](super::spec::HandlerSpec) against an
-//! object snapshot. Kubernetes-free: it only reads the JSON body.
+//! The declarative filters of a [`HandlerSpec`](super::spec::HandlerSpec) (labels,
+//! annotations, a field's value), and evaluating them against an object snapshot.
+//! Kubernetes-free: it only reads the JSON body.
 
 use serde_json::Value;
 
 use super::object::ObjectState;
-use super::spec::{FieldFilter, Filters, JsonLiteral, MetaFilter, ValueFilter};
+
+/// A filter on one label or annotation value.
+#[derive(Debug, Clone, Copy)]
+pub enum MetaFilter {
+    /// The key is present with exactly this value.
+    Equals(&'static str),
+    /// The key is present, with any value.
+    Present,
+    /// The key is absent.
+    Absent,
+    /// A predicate of the value (`None` when absent).
+    Predicate(fn(Option<&str>) -> bool),
+}
+
+/// A literal in a `field`/`value` filter.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum JsonLiteral {
+    /// A JSON string.
+    Str(&'static str),
+    /// A JSON integer.
+    Int(i64),
+    /// A JSON number with a fraction.
+    Float(f64),
+    /// A JSON boolean.
+    Bool(bool),
+}
+
+/// A filter on the value at a field path.
+#[derive(Debug, Clone, Copy)]
+pub enum ValueFilter {
+    /// The field is present (and not `null`).
+    Present,
+    /// The field is absent (or `null`).
+    Absent,
+    /// The field equals this literal.
+    Equals(JsonLiteral),
+    /// A predicate of the value (`None` when absent).
+    Predicate(fn(Option<&serde_json::Value>) -> bool),
+}
+
+/// `field = "spec.a.b"` with an optional `value`: the path is split at dots at compile time.
+#[derive(Debug, Clone, Copy)]
+pub struct FieldFilter {
+    /// The dotted path as written, for messages.
+    pub path: &'static str,
+    /// The path's segments.
+    pub segments: &'static [&'static str],
+    /// The condition on the value found there.
+    pub value: ValueFilter,
+}
+
+/// The declarative filters of a handler (`when` is typed and lives on the handler itself).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Filters {
+    /// Conditions on `metadata.labels`, all of which must hold.
+    pub labels: &'static [(&'static str, MetaFilter)],
+    /// Conditions on `metadata.annotations`, all of which must hold.
+    pub annotations: &'static [(&'static str, MetaFilter)],
+    /// A condition on a field of the body.
+    pub field: Option<FieldFilter>,
+}
 
 impl Filters {
     /// Whether the object satisfies every label, annotation and field condition (an empty
