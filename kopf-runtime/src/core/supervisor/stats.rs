@@ -14,7 +14,7 @@ use crate::core::spec::HandlerKind;
 /// use kopf_runtime::engine::Stats;
 /// let idle = Stats::default();
 /// assert_eq!(idle.objects, 0);
-/// assert_eq!(idle, Stats { fires: 0, ..Self::default() });
+/// assert_eq!(idle, Stats { fires: 0, ..Stats::default() });
 /// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
