@@ -169,8 +169,9 @@ pub use crate::handler::{
     ScopeKind, Started, StaticResource,
 };
 pub use crate::operator::{
-    EventError, Events, KindStats, LogFormat, LoggingError, Operator, OperatorBuilder,
-    OperatorError, OperatorStats, RequestStats, WatchPhase, init_logging,
+    EventError, Events, Fenced, KindStats, LeaderElection, Leadership, LogFormat, LoggingError,
+    Operator, OperatorBuilder, OperatorError, OperatorStats, RequestStats, Role, WatchPhase,
+    init_logging,
 };
 pub use crate::status::SchemalessStatus;
 pub use kopf_macros::{daemon, timer};

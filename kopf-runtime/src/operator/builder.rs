@@ -8,17 +8,19 @@ use std::time::Duration;
 
 use kube::Client;
 
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
+use super::election::fence::Fence;
+use super::election::{Elector, LeaderElection, Role};
 use super::error::OperatorError;
 use super::events::EventPoster;
 use super::handle::{KindHandle, Operator};
 use super::health::{self, Health, KindHealth};
 use super::identity::Identity;
 use super::kind::watch::Selection;
-use super::kind::{self, Shared};
+use super::kind::{self, KindState, Shared};
 use super::logging::{LogFormat, init_logging};
 use super::options::Options;
 use super::signals::Signals;
@@ -362,6 +364,25 @@ impl OperatorBuilder {
         self
     }
 
+    /// Runs as one of several replicas, of which the one holding the Lease leads: it runs the
+    /// handlers and writes; the others watch (their caches stay warm), run nothing and write
+    /// nothing, and take over when the leader stops renewing. The leader pauses every handler
+    /// the moment its lease lapses on its own clock, and its client refuses every write from
+    /// then on ([`Fenced`](crate::Fenced)). On a graceful exit it stops its handlers first and
+    /// then releases the Lease. Needs a client the operator builds itself (not
+    /// [`client`](Self::client)). See `docs/high-availability.md`.
+    ///
+    /// ```
+    /// use kopf_runtime::LeaderElection;
+    /// let builder = kopf_runtime::Operator::builder()
+    ///     .leader_election(LeaderElection::new("my-operator", "operators"));
+    /// # drop(builder);
+    /// ```
+    pub fn leader_election(mut self, election: LeaderElection) -> Self {
+        self.options.leader_election = Some(election);
+        self
+    }
+
     /// Starts the operator in the background and returns its handle.
     ///
     /// # Errors
@@ -388,14 +409,24 @@ impl OperatorBuilder {
             let _already_installed = init_logging(format);
         }
         let handlers = take_handlers(&mut options)?;
-        let (client, limiter) = match options.client.take() {
-            Some(client) => (client, None),
+        let fence = options
+            .leader_election
+            .as_ref()
+            .map(|_| Arc::new(Fence::default()));
+        let (client, limiter, lease_client) = match options.client.take() {
+            Some(client) => (client.clone(), None, client),
             None => {
-                let (client, limiter) =
-                    transport::client(options.kube_config.take(), options.requests_per_second)
-                        .await?;
-                (client, Some(limiter))
+                let config = options.kube_config.take();
+                let rps = options.requests_per_second;
+                let clients = transport::clients(config, rps, fence.clone()).await?;
+                (clients.client, Some(clients.limiter), clients.lease)
             }
+        };
+        let elector = match (options.leader_election.take(), fence) {
+            (Some(election), Some(fence)) => {
+                Some(Arc::new(Elector::new(election, lease_client, fence)))
+            }
+            _ => None,
         };
         let planned: Vec<_> = handlers
             .into_iter()
@@ -421,11 +452,13 @@ impl OperatorBuilder {
             ),
             None => None,
         };
-        let shared = shared(&options, &identity, client);
+        let shared = shared(&options, &identity, client, elector.is_some());
         let mut kinds = Vec::new();
+        let mut states = Vec::new();
         let mut watches = Vec::new();
         for (info, handlers, health) in planned {
             let (state, watch) = kind::launch(&shared, info, handlers, health.clone());
+            states.push(state.clone());
             kinds.push(KindHandle {
                 info: state.info.clone(),
                 supervisor: state.supervisor.clone(),
@@ -438,10 +471,17 @@ impl OperatorBuilder {
         }
         info!(operator = %identity.name, finalizer = %identity.finalizer, resources = kinds.len(),
             namespaces = ?options.namespaces, "the operator has started");
+        let election_stop = CancellationToken::new();
+        if let Some(elector) = &elector {
+            tokio::spawn(follow_the_role(elector.roles(), states));
+            tokio::spawn(elector.clone().run(election_stop.clone()));
+        }
         Ok(Operator {
             kinds,
             health,
             limiter,
+            elector,
+            election_stop,
             watch_stop: shared.watch_stop,
             probe_stop,
             watches,
@@ -539,8 +579,24 @@ fn take_handlers(
     Ok(handlers)
 }
 
+/// Makes every kind lead or stand by as this replica's role changes (until the elector ends).
+async fn follow_the_role(mut roles: watch::Receiver<Role>, states: Vec<Arc<KindState>>) {
+    loop {
+        let role = *roles.borrow_and_update();
+        for state in &states {
+            match role {
+                Role::Leader => state.lead(),
+                Role::Standby => state.stand_by(),
+            }
+        }
+        if roles.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
 /// What every resource kind of the operator shares.
-fn shared(options: &Options, identity: &Identity, client: Client) -> Shared {
+fn shared(options: &Options, identity: &Identity, client: Client, elected: bool) -> Shared {
     let writes = Arc::new(Semaphore::new(options.max_writes_in_flight));
     let mut services = options.services.clone();
     services.insert(client.clone());
@@ -579,5 +635,6 @@ fn shared(options: &Options, identity: &Identity, client: Client) -> Shared {
             label_selector: options.label_selector.clone(),
         },
         watch_stop: CancellationToken::new(),
+        elected,
     }
 }

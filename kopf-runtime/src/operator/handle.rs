@@ -8,6 +8,7 @@ use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use super::election::{Elector, Leadership};
 use super::health::{Health, KindHealth, WatchPhase};
 use super::kind::queue::Queues;
 use super::limits::{RateLimiter, RequestStats};
@@ -44,6 +45,10 @@ pub struct Operator {
     pub(crate) kinds: Vec<KindHandle>,
     pub(crate) health: Arc<Health>,
     pub(crate) limiter: Option<Arc<RateLimiter>>,
+    /// The election, when on.
+    pub(crate) elector: Option<Arc<Elector>>,
+    /// Stops the election's loop.
+    pub(crate) election_stop: CancellationToken,
     pub(crate) watch_stop: CancellationToken,
     pub(crate) probe_stop: CancellationToken,
     pub(crate) watches: Vec<AbortHandle>,
@@ -103,6 +108,8 @@ pub struct OperatorStats {
     pub requests: Option<RequestStats>,
     /// One entry per watched resource kind.
     pub kinds: Vec<KindStats>,
+    /// This replica's role and the Lease's holder, with leader election on.
+    pub leadership: Option<Leadership>,
 }
 
 impl Operator {
@@ -149,6 +156,7 @@ impl Operator {
     pub fn stats(&self) -> OperatorStats {
         OperatorStats {
             requests: self.limiter.as_ref().map(|l| l.stats()),
+            leadership: self.elector.as_ref().map(|e| e.leadership()),
             kinds: self
                 .kinds
                 .iter()
@@ -201,6 +209,11 @@ impl Operator {
                 warn!(resource = %kind.info, "pending writes did not finish within the shutdown timeout");
             }
         }
+        // Only now that the handlers have stopped: a standby may take over at once.
+        if let Some(elector) = &self.elector {
+            elector.release().await;
+        }
+        self.election_stop.cancel();
         self.probe_stop.cancel();
         info!("the operator has stopped");
     }
@@ -208,6 +221,9 @@ impl Operator {
     /// Stops the watches and freezes the finalizers (what needs no waiting).
     fn stop_watching(&mut self) {
         self.watch_stop.cancel();
+        if let Some(elector) = &self.elector {
+            elector.retire(); // a standby no longer takes the Lease; a leader keeps renewing
+        }
         for kind in &self.kinds {
             kind.finalizers.freeze();
             kind.health.set_phase(WatchPhase::Stopped);
@@ -283,6 +299,7 @@ impl Drop for Operator {
         }
         info!("the operator's handle was dropped: shutting down");
         self.stop_watching();
+        self.election_stop.cancel(); // the Lease expires; the fence closes on time
         self.probe_stop.cancel();
         let supervisors: Vec<_> = self.kinds.iter().map(|k| k.supervisor.clone()).collect();
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {

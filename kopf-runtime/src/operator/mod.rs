@@ -5,6 +5,7 @@
 
 mod builder;
 mod cap;
+mod election;
 mod error;
 mod events;
 mod handle;
@@ -21,6 +22,8 @@ mod watched;
 mod write;
 
 pub use builder::OperatorBuilder;
+pub use election::fence::Fenced;
+pub use election::{LeaderElection, Leadership, Role};
 pub use error::OperatorError;
 pub use events::{EventError, Events};
 pub use handle::{KindStats, Operator, OperatorStats};

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use kube::Client;
 
+use super::election::LeaderElection;
 use super::error::OperatorError;
 use super::identity::Identity;
 use super::logging::LogFormat;
@@ -37,6 +38,7 @@ pub(crate) struct Options {
     pub(crate) default_backoff: Option<Duration>,
     pub(crate) log_format: Option<LogFormat>,
     pub(crate) error_causes_in_events: bool,
+    pub(crate) leader_election: Option<LeaderElection>,
 }
 
 impl std::fmt::Debug for Options {
@@ -81,6 +83,7 @@ impl Default for Options {
             default_backoff: None,
             log_format: None,
             error_causes_in_events: false,
+            leader_election: None,
         }
     }
 }
@@ -121,6 +124,18 @@ impl Options {
         }
         if self.namespaces.iter().any(String::is_empty) {
             return invalid("namespaces", "a namespace name is empty");
+        }
+        if let Some(election) = &self.leader_election {
+            if let Some(problem) = election.problem() {
+                return invalid("leader_election", problem);
+            }
+            if self.client.is_some() {
+                return invalid(
+                    "leader_election",
+                    "needs a client the operator builds itself (fencing is part of it): give \
+                     kube_config instead of client",
+                );
+            }
         }
         Identity::resolve(
             self.name.as_deref(),

@@ -7,15 +7,29 @@ use std::sync::Arc;
 
 use kube::Client;
 
+use super::election::fence::{Fence, FenceLayer};
 use super::error::OperatorError;
 use super::limits::{RateLimitLayer, RateLimiter};
 
-/// Builds the operator's client from `config` (or the environment's), counted and limited to
-/// `requests_per_second`.
-pub(crate) async fn client(
+/// The clients the operator builds for itself.
+#[derive(Clone)]
+pub(crate) struct Clients {
+    /// For everything the operator and its handlers do: counted, limited to
+    /// `max_requests_per_second`, and fenced when leader election is on.
+    pub(crate) client: Client,
+    pub(crate) limiter: Arc<RateLimiter>,
+    /// For the election's Lease only: never throttled or fenced by the operator's own limits, so
+    /// a busy operator cannot lose its lease to its own rate limit.
+    pub(crate) lease: Client,
+}
+
+/// Builds the operator's clients from `config` (or the environment's): the main one counted,
+/// limited to `requests_per_second` and, with `fence`, refusing writes the fence does not allow.
+pub(crate) async fn clients(
     config: Option<kube::Config>,
     requests_per_second: Option<u32>,
-) -> Result<(Client, Arc<RateLimiter>), OperatorError> {
+    fence: Option<Arc<Fence>>,
+) -> Result<Clients, OperatorError> {
     let mut config = match config {
         Some(config) => config,
         None => kube::Config::infer().await.map_err(OperatorError::Config)?,
@@ -24,11 +38,19 @@ pub(crate) async fn client(
     refuse_insecure_tls(&config)?;
     refuse_plain_http(&config)?;
     let limiter = Arc::new(RateLimiter::per_second(requests_per_second));
-    let client = kube::client::ClientBuilder::try_from(config)
+    let lease = Client::try_from(config.clone()).map_err(OperatorError::Client)?;
+    let builder = kube::client::ClientBuilder::try_from(config)
         .map_err(OperatorError::Client)?
-        .with_layer(&RateLimitLayer(limiter.clone()))
-        .build();
-    Ok((client, limiter))
+        .with_layer(&RateLimitLayer(limiter.clone()));
+    let client = match fence {
+        Some(fence) => builder.with_layer(&FenceLayer(fence)).build(),
+        None => builder.build(),
+    };
+    Ok(Clients {
+        client,
+        limiter,
+        lease,
+    })
 }
 
 /// TLS verification of the API server is always on: a configuration that turns it off (e.g. a

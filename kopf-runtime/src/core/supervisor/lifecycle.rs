@@ -307,11 +307,10 @@ impl SupervisorCore {
     pub(crate) fn set_paused(self: &Arc<Self>, paused: bool) {
         let mut state = self.lock();
         state.paused = paused;
-        if paused {
-            let uids: Vec<Arc<str>> = state.objects.keys().cloned().collect();
-            for uid in &uids {
-                self.reconcile(&mut state, uid);
-            }
+        // Pausing stops every instance; resuming starts what matches.
+        let uids: Vec<Arc<str>> = state.objects.keys().cloned().collect();
+        for uid in &uids {
+            self.reconcile(&mut state, uid);
         }
     }
 

@@ -302,8 +302,9 @@ impl Supervisor {
         self.inner().set_paused(true);
     }
 
-    /// Resumes after [`Supervisor::pause`]: the next [`Supervisor::observe`] of each object
-    /// starts its instances again (with their `initial_delay`), as a fresh watch would.
+    /// Resumes after [`Supervisor::pause`]: every object's matching handlers start again at once
+    /// from its latest observed version (daemons with their `initial_delay`, timers on a fresh
+    /// schedule), as after a start-up.
     ///
     /// ```
     /// # use kopf_runtime::engine::*;

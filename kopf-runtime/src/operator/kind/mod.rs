@@ -64,6 +64,8 @@ pub(crate) struct Shared {
     pub(crate) selection: Selection,
     /// Cancelled when the operator stops watching.
     pub(crate) watch_stop: CancellationToken,
+    /// Leader election is on: kinds start standing by.
+    pub(crate) elected: bool,
 }
 
 /// Starts serving one kind: its supervisor, its effects loop and its watch. Returns the kind's
@@ -103,6 +105,9 @@ pub(crate) fn launch(
         ..shared.config.clone()
     };
     let (supervisor, mut effects) = Supervisor::new(handlers, services, config);
+    if shared.elected {
+        supervisor.pause(); // until this replica leads
+    }
     let state = Arc::new(KindState::new(info, supervisor, sink, shared));
     let (effects_state, effects_stop) = (state.clone(), state.queues.stopped());
     tokio::spawn(async move {
@@ -151,6 +156,9 @@ pub(crate) struct KindState {
     events: Arc<EventPoster>,
     /// Whether another kopf operator's finalizer was seen (and warned about) already.
     foreign_seen: AtomicBool,
+    /// Whether this replica leads (always, without leader election): only then it posts Events
+    /// and writes outputs.
+    leading: AtomicBool,
 }
 
 impl KindState {
@@ -167,6 +175,7 @@ impl KindState {
             records.clone(),
             supervisor.clone(),
         );
+        finalizers.set_leading(!shared.elected);
         Self {
             queues: Arc::new(Queues::new(info.clone())),
             info,
@@ -176,7 +185,31 @@ impl KindState {
             sink,
             events: shared.poster.clone(),
             foreign_seen: AtomicBool::new(false),
+            leading: AtomicBool::new(!shared.elected),
         }
+    }
+
+    /// This replica leads now: handlers start as after a start-up, and every object's finalizer
+    /// is brought to what its handlers need.
+    pub(crate) fn lead(self: &Arc<Self>) {
+        self.leading.store(true, Ordering::SeqCst);
+        self.finalizers.set_leading(true);
+        self.supervisor.resume();
+        for uid in self.records.uids() {
+            self.enqueue(uid, Job::Sync);
+        }
+    }
+
+    /// This replica stands by: every handler stops (through its stop ladder, with the reason
+    /// "operator paused"), nothing starts, and nothing is written.
+    pub(crate) fn stand_by(&self) {
+        self.leading.store(false, Ordering::SeqCst);
+        self.finalizers.set_leading(false);
+        self.supervisor.pause();
+    }
+
+    fn leads(&self) -> bool {
+        self.leading.load(Ordering::SeqCst)
     }
 
     fn enqueue(self: &Arc<Self>, uid: Arc<str>, job: Job) {
@@ -262,6 +295,8 @@ impl KindState {
     fn effect(self: &Arc<Self>, effect: Effect) {
         match effects::plan(&self.info, effect) {
             Plan::Queue(uid, job) => self.enqueue(uid, job),
+            // The leader reports (a standby evaluates filters too).
+            Plan::Warn { .. } if !self.leads() => {}
             Plan::Warn {
                 object,
                 reason,
@@ -311,6 +346,10 @@ impl KindState {
     ) {
         if self.records.get(&object.uid).is_none_or(|r| r.gone) {
             debug!(object = %object, handler, "the object is gone; output dropped");
+            return;
+        }
+        if !self.leads() {
+            debug!(object = %object, handler, "this replica no longer leads; output dropped");
             return;
         }
         match self.sink.apply_now(object, Value::Object(patch)).await {

@@ -40,6 +40,9 @@ pub(crate) struct Finalizers {
     resync: Resync,
     /// Set at shutdown: finalizers are left as they are (daemons resume after a restart).
     frozen: AtomicBool,
+    /// Whether this replica leads (always, without leader election): a standby never adds or
+    /// removes finalizers.
+    leading: AtomicBool,
 }
 
 impl Finalizers {
@@ -56,7 +59,17 @@ impl Finalizers {
             supervisor,
             resync: Resync::default(),
             frozen: AtomicBool::new(false),
+            leading: AtomicBool::new(true),
         }
+    }
+
+    /// Whether finalizers are written (only by the leader).
+    pub(crate) fn set_leading(&self, leading: bool) {
+        self.leading.store(leading, Ordering::SeqCst);
+    }
+
+    fn writes(&self) -> bool {
+        self.leading.load(Ordering::SeqCst) && !self.frozen.load(Ordering::SeqCst)
     }
 
     /// The finalizer's name.
@@ -72,6 +85,9 @@ impl Finalizers {
     /// Whether every object's finalizer is as the supervisor needs it, or its update gave up
     /// (and is tried again later).
     pub(crate) fn settled(&self) -> bool {
+        if !self.leading.load(Ordering::SeqCst) {
+            return true; // the leader's job
+        }
         self.records.uids().iter().all(|uid| {
             self.resync.contains(uid) || self.step(uid).is_none_or(|(_, patch)| patch.is_none())
         })
@@ -132,7 +148,7 @@ impl Finalizers {
     }
 
     async fn attempt(&self, uid: &Arc<str>) -> Next<(), (ObjectRef, kube::Error)> {
-        if self.frozen.load(Ordering::SeqCst) {
+        if !self.writes() {
             return Next::Done(());
         }
         let Some((object, patch)) = self.step(uid) else {
