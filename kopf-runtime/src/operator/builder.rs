@@ -10,10 +10,10 @@ use kube::Client;
 
 use tokio::sync::{Semaphore, watch};
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
 use super::election::fence::Fence;
-use super::election::{Elector, LeaderElection, Role};
+use super::election::{Elector, LeaderElection, Role, slow_to_stop};
 use super::error::OperatorError;
 use super::events::EventPoster;
 use super::handle::{KindHandle, Operator};
@@ -409,6 +409,17 @@ impl OperatorBuilder {
             let _already_installed = init_logging(format);
         }
         let handlers = take_handlers(&mut options)?;
+        if let Some(election) = &options.leader_election {
+            let specs = handlers.values().flatten().map(|h| h.spec());
+            let slow = slow_to_stop(specs, election.margin());
+            if !slow.is_empty() {
+                warn!(daemons = ?slow, margin = ?election.margin(),
+                    "with leader election, these daemons may take longer to stop than the margin \
+                     between two leaders (lease duration − renew deadline): if this replica loses \
+                     its lease involuntarily, they may overlap the new leader's; give them a \
+                     shorter cancellation_backoff/cancellation_timeout or a longer margin");
+            }
+        }
         let fence = options
             .leader_election
             .as_ref()

@@ -29,6 +29,7 @@ use tracing::{debug, info, warn};
 
 use self::fence::Fence;
 use self::lease::{Decision, LeaseApi, Observed, Record, claimed, decide, released};
+use crate::core::spec::{HandlerKind, HandlerSpec};
 use crate::core::sync::lock;
 
 /// Leader election settings for [`OperatorBuilder::leader_election`](crate::OperatorBuilder::leader_election):
@@ -103,6 +104,14 @@ impl LeaderElection {
         self
     }
 
+    /// The margin between a deposed leader's last moment of validity and a standby's first:
+    /// `lease_duration − renew_deadline`. A leader that loses its lease involuntarily (cut off,
+    /// frozen) stops its daemons only after its validity lapsed, so a daemon whose stop takes
+    /// longer than this may still run when the new leader starts its own.
+    pub(crate) fn margin(&self) -> Duration {
+        self.lease_duration.saturating_sub(self.renew_deadline)
+    }
+
     /// What cannot work, if anything.
     pub(crate) fn problem(&self) -> Option<&'static str> {
         if self.name.is_empty() || self.namespace.is_empty() {
@@ -139,6 +148,32 @@ impl LeaderElection {
             .unwrap_or_else(|| "kopf".to_owned());
         format!("{host}-{:08x}", fastrand::u32(..))
     }
+}
+
+/// The longest a daemon of `spec` takes to stop after its stop flag is set, `None` if
+/// unbounded: an async daemon is dropped after its `cancellation_backoff`; a blocking one keeps
+/// its thread until it returns, up to `cancellation_timeout` after the backoff (unbounded
+/// without one). Timers stop between runs, like async daemons.
+pub(crate) fn stop_bound(spec: &HandlerSpec) -> Option<Duration> {
+    let backoff = spec.cancellation_backoff.unwrap_or_default();
+    if !spec.blocking {
+        return Some(backoff);
+    }
+    spec.cancellation_timeout.map(|timeout| backoff + timeout)
+}
+
+/// The ids of the daemons that may take longer than `margin` to stop (see
+/// [`LeaderElection::margin`]).
+pub(crate) fn slow_to_stop<'a>(
+    specs: impl IntoIterator<Item = &'a HandlerSpec>,
+    margin: Duration,
+) -> Vec<&'static str> {
+    specs
+        .into_iter()
+        .filter(|spec| spec.kind == HandlerKind::Daemon)
+        .filter(|spec| stop_bound(spec).is_none_or(|bound| bound > margin))
+        .map(|spec| spec.id)
+        .collect()
 }
 
 /// Whether this replica leads.
@@ -380,6 +415,34 @@ mod tests {
             .renew_deadline(Duration::from_millis(1500))
             .retry_period(Duration::from_millis(500));
         assert_eq!(short.problem(), None);
+    }
+
+    #[test]
+    fn daemons_slower_to_stop_than_the_margin_are_named() {
+        let s = Duration::from_secs;
+        let daemon = |id, blocking, backoff, timeout| {
+            let mut spec = HandlerSpec::new(id, HandlerKind::Daemon);
+            spec.blocking = blocking;
+            spec.cancellation_backoff = backoff;
+            spec.cancellation_timeout = timeout;
+            spec
+        };
+        let mut timer = HandlerSpec::new("timer", HandlerKind::Timer);
+        timer.blocking = true;
+        let specs = [
+            daemon("async", false, None, None),
+            daemon("async-slow", false, Some(s(6)), None),
+            daemon("async-ok", false, Some(s(4)), Some(s(60))),
+            daemon("blocking-unbounded", true, None, None),
+            daemon("blocking-ok", true, Some(s(1)), Some(s(3))),
+            daemon("blocking-slow", true, Some(s(3)), Some(s(3))),
+            timer,
+        ];
+        assert_eq!(
+            slow_to_stop(&specs, s(5)),
+            vec!["async-slow", "blocking-unbounded", "blocking-slow"]
+        );
+        assert_eq!(LeaderElection::new("l", "ns").margin(), s(5));
     }
 
     #[test]
