@@ -38,6 +38,7 @@ pub mod docs {
         Timers => "docs/timers.md",
         Operations => "docs/operations.md",
         Handlers => "docs/handlers.md",
+        HighAvailability => "docs/high-availability.md",
     }
 }
 

@@ -130,7 +130,8 @@
 //!   option), [filters], [patches and results][patches], [errors and retries][errors],
 //!   [finalizers and deletion][finalizers], [shutdown], [events and logging][events-and-logging].
 //! - [Testing your operator][testing], [deploying] (RBAC, probes), [operations],
-//!   [reliability] (what happens when the API server misbehaves).
+//!   [reliability] (what happens when the API server misbehaves), [high availability]
+//!   (several replicas, leader election, fencing).
 //! - [Coming from kopf][coming-from-kopf], and the [architecture] (crates and data flow).
 //!
 //! [index]: https://github.com/kopf-rs/kopf-rs/blob/main/docs/README.md
@@ -148,6 +149,7 @@
 //! [deploying]: https://github.com/kopf-rs/kopf-rs/blob/main/docs/deploying.md
 //! [operations]: https://github.com/kopf-rs/kopf-rs/blob/main/docs/operations.md
 //! [reliability]: https://github.com/kopf-rs/kopf-rs/blob/main/docs/reliability.md
+//! [high availability]: https://github.com/kopf-rs/kopf-rs/blob/main/docs/high-availability.md
 //! [coming-from-kopf]: https://github.com/kopf-rs/kopf-rs/blob/main/docs/coming-from-kopf.md
 //! [architecture]: https://github.com/kopf-rs/kopf-rs/blob/main/docs/architecture.md
 #![doc(test(attr(deny(warnings))))]
