@@ -8,13 +8,16 @@
 //! --health ADDR    serve /healthz and /readyz on ADDR, e.g. 0.0.0.0:8080 (default: $KOPF_HEALTH)
 //! --json           log one JSON object per line instead of human-readable lines
 //! --install-crd    install (server-side apply) the example CRDs before starting
+//! --leader-election NAMESPACE/NAME
+//!                  run as one of several replicas, led by the holder of this Lease
+//!                  (default: $KOPF_LEADER_ELECTION; none: a single replica)
 //! ```
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use kopf_runtime::{LogFormat, Operator, OperatorBuilder};
+use kopf_runtime::{LeaderElection, LogFormat, Operator, OperatorBuilder};
 
 /// The options of an example operator, parsed from the command line and the environment.
 ///
@@ -25,6 +28,9 @@ use kopf_runtime::{LogFormat, Operator, OperatorBuilder};
 /// assert_eq!(args.namespaces, ["demo"]);
 /// assert!(args.json);
 /// assert!(ExampleArgs::parse_from(["--bogus"]).is_err());
+/// let ha = ExampleArgs::parse_from(["--leader-election", "ops/my-operator"])?;
+/// assert_eq!(ha.leader_election, Some(("ops".to_owned(), "my-operator".to_owned())));
+/// assert!(ExampleArgs::parse_from(["--leader-election", "no-namespace"]).is_err());
 /// # Ok::<(), anyhow::Error>(())
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -37,6 +43,8 @@ pub struct ExampleArgs {
     pub json: bool,
     /// Install the example CRDs before starting.
     pub install_crd: bool,
+    /// The Lease of the leader election, as `(namespace, name)`.
+    pub leader_election: Option<(String, String)>,
 }
 
 impl ExampleArgs {
@@ -62,6 +70,12 @@ impl ExampleArgs {
             && !addr.is_empty()
         {
             args.health = Some(parse_addr(&addr)?);
+        }
+        if args.leader_election.is_none()
+            && let Ok(lease) = std::env::var("KOPF_LEADER_ELECTION")
+            && !lease.is_empty()
+        {
+            args.leader_election = Some(parse_lease(&lease)?);
         }
         Ok(args)
     }
@@ -91,8 +105,12 @@ impl ExampleArgs {
                 "--health" => out.health = Some(parse_addr(&value("--health")?)?),
                 "--json" => out.json = true,
                 "--install-crd" => out.install_crd = true,
+                "--leader-election" => {
+                    out.leader_election = Some(parse_lease(&value("--leader-election")?)?);
+                }
                 other => bail!(
-                    "unknown option `{other}`; the options are --namespace NS, --health ADDR, --json, --install-crd"
+                    "unknown option `{other}`; the options are --namespace NS, --health ADDR, \
+                     --json, --install-crd, --leader-election NAMESPACE/NAME"
                 ),
             }
         }
@@ -119,7 +137,20 @@ impl ExampleArgs {
         if let Some(addr) = self.health {
             builder = builder.health_addr(addr);
         }
+        if let Some((namespace, name)) = &self.leader_election {
+            builder = builder.leader_election(LeaderElection::new(name, namespace));
+        }
         builder
+    }
+}
+
+/// `NAMESPACE/NAME` of a Lease.
+fn parse_lease(text: &str) -> anyhow::Result<(String, String)> {
+    match text.split_once('/') {
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
+            Ok((ns.to_owned(), name.to_owned()))
+        }
+        _ => bail!("--leader-election takes NAMESPACE/NAME (a Lease), not `{text}`"),
     }
 }
 

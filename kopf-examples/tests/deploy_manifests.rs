@@ -161,7 +161,9 @@ fn the_namespaced_rbac_grants_the_operator_s_rules_in_its_namespace_only() {
     let cluster_wide: ClusterRole = document(RBAC_YAML, "ClusterRole");
     let role: Role = document(RBAC_NAMESPACED_YAML, "Role");
     let binding: RoleBinding = document(RBAC_NAMESPACED_YAML, "RoleBinding");
-    // The same rules as the cluster-wide variant, except the (cluster-scoped) CRD rule.
+    // The same rules as the cluster-wide variant, except the (cluster-scoped) CRD rule, plus the
+    // leader election's Lease rule (a Role of its own in the cluster-wide variant).
+    let lease_role: Role = document(RBAC_YAML, "Role");
     let namespaced_rules: Vec<_> = cluster_wide
         .rules
         .unwrap_or_default()
@@ -172,6 +174,7 @@ fn the_namespaced_rbac_grants_the_operator_s_rules_in_its_namespace_only() {
                 .flatten()
                 .any(|g| g == "apiextensions.k8s.io")
         })
+        .chain(lease_role.rules.unwrap_or_default())
         .collect();
     assert_eq!(role.rules.clone().unwrap_or_default(), namespaced_rules);
     assert!(grants_events(&role.rules.unwrap_or_default()));

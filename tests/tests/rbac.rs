@@ -13,10 +13,12 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kopf_examples::crd::KopfExample;
 use kopf_runtime::{Events, HandlerResult, Operator, Patch, Registry, Stopper, WatchPhase, daemon};
-use kopf_runtime::{OperatorBuilder, timer};
+use kopf_runtime::{LeaderElection, OperatorBuilder, Role as ReplicaRole, timer};
 use kopf_tests::{TestNamespace, install_crd, test_client, wait_until};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -64,6 +66,9 @@ struct Rbac {
     account: ServiceAccount,
     role: ClusterRole,
     binding: ClusterRoleBinding,
+    /// The leader election's Lease, in the operator's namespace.
+    lease_role: Role,
+    lease_binding: RoleBinding,
 }
 
 impl Rbac {
@@ -78,10 +83,19 @@ impl Rbac {
         for subject in binding.subjects.iter_mut().flatten() {
             subject.namespace = Some(ns.to_owned());
         }
+        let mut lease_role: Role = document(RBAC_YAML, "Role");
+        lease_role.metadata.namespace = Some(ns.to_owned());
+        let mut lease_binding: RoleBinding = document(RBAC_YAML, "RoleBinding");
+        lease_binding.metadata.namespace = Some(ns.to_owned());
+        for subject in lease_binding.subjects.iter_mut().flatten() {
+            subject.namespace = Some(ns.to_owned());
+        }
         Self {
             account,
             role,
             binding,
+            lease_role,
+            lease_binding,
         }
     }
 }
@@ -112,13 +126,20 @@ async fn service_account_token(admin: &Client, ns: &str, name: &str) -> anyhow::
     Ok(response.status.and_then(|s| s.token).unwrap_or_default())
 }
 
+/// The operator as deployed: with leader election (short settings), so that the job includes
+/// acquiring the Lease.
 fn operator(config: Config, ns: &TestNamespace) -> anyhow::Result<OperatorBuilder> {
     let registry = Registry::from_inventory()?.select(&["rbac_daemon", "rbac_timer"])?;
+    let election = LeaderElection::new("kopf-tests-rbac", ns.name())
+        .lease_duration(Duration::from_secs(2))
+        .renew_deadline(Duration::from_millis(1500))
+        .retry_period(Duration::from_millis(500));
     Ok(Operator::builder()
         .name("kopf-tests")
         .kube_config(config)
         .namespaces([ns.name()])
         .registry(&registry)
+        .leader_election(election)
         .shutdown_timeout(Duration::from_secs(10)))
 }
 
@@ -179,6 +200,13 @@ async fn assert_whole_job(
     let running = operator(config, ns)?.start().await?;
     wait_until("the bound operator to be ready", PROMPTLY, || async {
         running.is_ready()
+    })
+    .await;
+    wait_until("the bound operator to lead", PROMPTLY, || async {
+        running
+            .stats()
+            .leadership
+            .is_some_and(|l| l.role == ReplicaRole::Leader)
     })
     .await;
     let api = ns.api::<KopfExample>();
@@ -251,9 +279,15 @@ async fn the_cluster_role_is_necessary_and_sufficient() -> anyhow::Result<()> {
 
     assert_denied(&as_operator, config.clone(), &ns).await?;
 
-    // With the binding: the same token can do the operator's whole job.
+    // With the bindings: the same token can do the operator's whole job.
     bindings
         .create(&PostParams::default(), &rbac.binding)
+        .await?;
+    Api::<Role>::namespaced(admin.clone(), ns.name())
+        .create(&PostParams::default(), &rbac.lease_role)
+        .await?;
+    Api::<RoleBinding>::namespaced(admin.clone(), ns.name())
+        .create(&PostParams::default(), &rbac.lease_binding)
         .await?;
     wait_until("the binding to take effect", PROMPTLY, || async {
         as_operator.list(&ListParams::default()).await.is_ok()
@@ -332,12 +366,18 @@ async fn the_namespaced_role_is_sufficient_and_grants_nothing_elsewhere() -> any
 }
 
 #[test]
-fn the_deployment_recreates_and_probes_the_health_endpoints() {
+fn the_deployment_runs_two_elected_replicas_and_probes_the_health_endpoints() {
     let deployment: Deployment = document(DEPLOYMENT_YAML, "Deployment");
     let spec = deployment.spec;
-    assert_eq!(spec.replicas, Some(1));
-    let strategy = spec.strategy.and_then(|s| s.type_);
-    assert_eq!(strategy.as_deref(), Some("Recreate"));
+    assert_eq!(spec.replicas, Some(2));
+    let strategy = spec.strategy.expect("a strategy");
+    assert_eq!(strategy.type_.as_deref(), Some("RollingUpdate"));
+    let rolling = strategy.rolling_update.expect("rolling update settings");
+    assert_eq!(rolling.max_unavailable, Some(IntOrString::Int(0)));
+    let budget: PodDisruptionBudget = document(DEPLOYMENT_YAML, "PodDisruptionBudget");
+    let budget = budget.spec.expect("a budget");
+    assert_eq!(budget.min_available, Some(IntOrString::Int(1)));
+    assert_eq!(budget.selector, spec.selector.clone().into());
     let pod = spec.template.spec.expect("a pod spec");
     assert_eq!(pod.service_account_name.as_deref(), Some("kopf-examples"));
     // Longer than the operator's shutdown timeout, so daemons can stop gracefully.
@@ -357,6 +397,26 @@ fn the_deployment_recreates_and_probes_the_health_endpoints() {
         .position(|a| a == "--health")
         .map(|i| &args[i + 1]);
     assert_eq!(health.map(String::as_str), Some("0.0.0.0:8080"));
+    // The Lease lives in the operator's namespace, where rbac.yaml's Role grants it.
+    let lease = args
+        .iter()
+        .position(|a| a == "--leader-election")
+        .map(|i| &args[i + 1]);
+    let namespace = deployment.metadata.namespace.clone().unwrap_or_default();
+    assert!(
+        lease.is_some_and(|l| l.starts_with(&format!("{namespace}/"))),
+        "{args:?}"
+    );
+    let lease_role: Role = document(RBAC_YAML, "Role");
+    assert_eq!(
+        lease_role.metadata.namespace.as_deref(),
+        Some(namespace.as_str())
+    );
+    let env = container.env.clone().unwrap_or_default();
+    assert!(
+        env.iter().any(|e| e.name == "POD_NAME"),
+        "the identity in the Lease"
+    );
     let account: ServiceAccount = document(RBAC_YAML, "ServiceAccount");
     assert_eq!(account.metadata.namespace, deployment.metadata.namespace);
 }
