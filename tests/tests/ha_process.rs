@@ -137,32 +137,59 @@ fn read_log(path: &Path) -> Vec<Entry> {
 }
 
 /// The overlap detector: in the log's order, a daemon runs from its start to its stop, or to
-/// its process's kill; two processes running one UID's daemon at once is an overlap. Returns the
-/// overlaps found.
+/// its process's kill; two processes running one UID's daemon at once is an overlap. A process
+/// frozen by SIGSTOP runs nothing: another may start the UID's daemon meanwhile, and then the
+/// only thing the frozen one may do with that UID after it thaws is to stop its daemon. Returns
+/// the overlaps found.
 fn overlaps(log: &[Entry]) -> Vec<String> {
-    let mut running: BTreeMap<&str, u32> = BTreeMap::new();
+    // Per UID: the processes holding its daemon.
+    let mut holders: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
+    let mut frozen: Vec<u32> = Vec::new();
     let mut found = Vec::new();
     for entry in log {
+        let pid = entry.pid;
         match entry.kind.as_str() {
             "start" => {
-                if let Some(other) = running.get(entry.uid.as_str())
-                    && *other != entry.pid
-                {
+                let held = holders.entry(&entry.uid).or_default();
+                let others: Vec<u32> = held
+                    .iter()
+                    .copied()
+                    .filter(|p| *p != pid && !frozen.contains(p))
+                    .collect();
+                if !others.is_empty() {
                     found.push(format!(
-                        "{}: started by {} while {other} ran it",
-                        entry.name, entry.pid
+                        "{}: started by {pid} while {others:?} ran it",
+                        entry.name
                     ));
                 }
-                running.insert(&entry.uid, entry.pid);
+                if !held.contains(&pid) {
+                    held.push(pid);
+                }
             }
-            "stop" if running.get(entry.uid.as_str()) == Some(&entry.pid) => {
-                running.remove(entry.uid.as_str());
-            }
-            "killed" => running.retain(|_, pid| *pid != entry.pid),
+            "stop" => holders.entry(&entry.uid).or_default().retain(|p| *p != pid),
+            "killed" => holders
+                .values_mut()
+                .for_each(|held| held.retain(|p| *p != pid)),
+            "frozen" => frozen.push(pid),
+            "thawed" => frozen.retain(|p| *p != pid),
             _ => {}
         }
     }
     found
+}
+
+/// Whether `pid`, after it thawed, did anything but stop the daemons it held (any start by it
+/// for a UID that another process runs is caught by [`overlaps`]).
+fn acted_after_thaw(log: &[Entry], pid: u32) -> Vec<String> {
+    let thawed = log
+        .iter()
+        .rposition(|e| e.kind == "thawed" && e.pid == pid)
+        .unwrap_or(log.len());
+    log[thawed..]
+        .iter()
+        .filter(|e| e.pid == pid && e.kind == "start")
+        .map(|e| format!("{} started by {pid} after it thawed", e.name))
+        .collect()
 }
 
 struct Replica {
@@ -312,6 +339,35 @@ async fn handovers_never_overlap() -> anyhow::Result<()> {
         standby = Replica::spawn(ns.name(), &log, &dir, n).await?;
         leader = next;
     }
+
+    // A frozen leader (SIGSTOP) for longer than the lease: the standby takes over; thawed
+    // (SIGCONT), the old leader finds its validity lapsed on its own clock, stops its daemons and
+    // becomes a standby.
+    let sent = now_nanos();
+    leader.signal("-STOP").await?;
+    append_line(&log, &format!("frozen - - {} {}", leader.pid, now_nanos()));
+    let next = standby;
+    let started = wait_started(&log, &names, next.pid, sent).await;
+    let frozen_gap = Duration::from_nanos(u64::try_from(started - sent)?);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    append_line(&log, &format!("thawed - - {} {}", leader.pid, now_nanos()));
+    leader.signal("-CONT").await?;
+    let what = format!("the thawed replica {} to stop its daemons", leader.pid);
+    wait_until(what, PROMPTLY, || async {
+        let entries = read_log(&log);
+        names.iter().all(|name| {
+            let last = entries
+                .iter()
+                .rev()
+                .find(|e| &e.name == name && e.pid == leader.pid);
+            last.is_some_and(|e| e.kind == "stop")
+        })
+    })
+    .await;
+    let stray = acted_after_thaw(&read_log(&log), leader.pid);
+    anyhow::ensure!(stray.is_empty(), "{stray:?}");
+    (leader, standby) = (next, leader);
+    println!("handover from a frozen leader: {frozen_gap:?}");
 
     // Deletion with two replicas: the leader releases every finalizer; nothing leaks.
     delete_all(&api, &names).await?;
