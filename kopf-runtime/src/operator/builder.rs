@@ -1,26 +1,25 @@
 //! The by-value builder of an [`Operator`]: its options, and starting the operator from them.
 
 use std::any::Any;
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use kube::Client;
 
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info, warn};
+use tracing::{error, info};
 
 use super::election::fence::Fence;
-use super::election::{Elector, LeaderElection, Role, slow_to_stop};
+use super::election::{Elector, Follower, LeaderElection, follow, warn_slow_daemons};
 use super::error::OperatorError;
 use super::events::EventPoster;
 use super::handle::{KindHandle, Operator};
 use super::health::{self, Health, KindHealth};
 use super::identity::Identity;
 use super::kind::watch::Selection;
-use super::kind::{self, KindState, Shared};
+use super::kind::{self, Shared};
 use super::logging::{LogFormat, init_logging};
 use super::options::Options;
 use super::signals::Signals;
@@ -408,17 +407,9 @@ impl OperatorBuilder {
         if let Some(format) = options.log_format {
             let _already_installed = init_logging(format);
         }
-        let handlers = take_handlers(&mut options)?;
+        let handlers = options.take_handlers()?;
         if let Some(election) = &options.leader_election {
-            let specs = handlers.values().flatten().map(|h| h.spec());
-            let slow = slow_to_stop(specs, election.margin());
-            if !slow.is_empty() {
-                warn!(daemons = ?slow, margin = ?election.margin(),
-                    "with leader election, these daemons may take longer to stop than the margin \
-                     between two leaders (lease duration − renew deadline): if this replica loses \
-                     its lease involuntarily, they may overlap the new leader's; give them a \
-                     shorter cancellation_backoff/cancellation_timeout or a longer margin");
-            }
+            warn_slow_daemons(election, handlers.values().flatten().map(|h| h.spec()));
         }
         let fence = options
             .leader_election
@@ -484,7 +475,8 @@ impl OperatorBuilder {
             namespaces = ?options.namespaces, "the operator has started");
         let election_stop = CancellationToken::new();
         if let Some(elector) = &elector {
-            tokio::spawn(follow_the_role(elector.roles(), states));
+            let followers = states.into_iter().map(|s| s as Arc<dyn Follower>).collect();
+            tokio::spawn(follow(elector.roles(), followers));
             tokio::spawn(elector.clone().run(election_stop.clone()));
         }
         Ok(Operator {
@@ -571,38 +563,6 @@ impl Operator {
     /// ```
     pub fn builder() -> OperatorBuilder {
         OperatorBuilder::default()
-    }
-}
-
-/// The handlers to run, by resource kind: the ones given, or the inventory's.
-fn take_handlers(
-    options: &mut Options,
-) -> Result<BTreeMap<ResourceInfo, Vec<Arc<dyn ErasedHandler>>>, OperatorError> {
-    let mut handlers = std::mem::take(&mut options.handlers);
-    if options.from_inventory {
-        let registry = Registry::from_inventory().map_err(OperatorError::Registry)?;
-        handlers = registry.by_resource();
-    }
-    handlers.retain(|_, hs| !hs.is_empty());
-    if handlers.is_empty() {
-        return Err(OperatorError::NoHandlers);
-    }
-    Ok(handlers)
-}
-
-/// Makes every kind lead or stand by as this replica's role changes (until the elector ends).
-async fn follow_the_role(mut roles: watch::Receiver<Role>, states: Vec<Arc<KindState>>) {
-    loop {
-        let role = *roles.borrow_and_update();
-        for state in &states {
-            match role {
-                Role::Leader => state.lead(),
-                Role::Standby => state.stand_by(),
-            }
-        }
-        if roles.changed().await.is_err() {
-            return;
-        }
     }
 }
 

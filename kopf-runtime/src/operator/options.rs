@@ -15,6 +15,7 @@ use super::logging::LogFormat;
 use crate::core::erased::{ErasedHandler, Services};
 use crate::core::resource::ResourceInfo;
 use crate::core::supervisor::BlockingPool;
+use crate::handler::Registry;
 
 /// The options of one operator (see the builder's methods for each).
 pub(crate) struct Options {
@@ -142,6 +143,22 @@ impl Options {
             self.finalizer.as_deref(),
             self.field_manager.as_deref(),
         )
+    }
+
+    /// The handlers to run, by resource kind: the ones given, or the inventory's.
+    pub(crate) fn take_handlers(
+        &mut self,
+    ) -> Result<BTreeMap<ResourceInfo, Vec<Arc<dyn ErasedHandler>>>, OperatorError> {
+        let mut handlers = std::mem::take(&mut self.handlers);
+        if self.from_inventory {
+            let registry = Registry::from_inventory().map_err(OperatorError::Registry)?;
+            handlers = registry.by_resource();
+        }
+        handlers.retain(|_, hs| !hs.is_empty());
+        if handlers.is_empty() {
+            return Err(OperatorError::NoHandlers);
+        }
+        Ok(handlers)
     }
 }
 

@@ -176,6 +176,48 @@ pub(crate) fn slow_to_stop<'a>(
         .collect()
 }
 
+/// Warns of the daemons that may take longer to stop than the election's margin.
+pub(crate) fn warn_slow_daemons<'a>(
+    election: &LeaderElection,
+    specs: impl IntoIterator<Item = &'a HandlerSpec>,
+) {
+    let slow = slow_to_stop(specs, election.margin());
+    if !slow.is_empty() {
+        warn!(daemons = ?slow, margin = ?election.margin(),
+            "with leader election, these daemons may take longer to stop than the margin between \
+             two leaders (lease duration − renew deadline): if this replica loses its lease \
+             involuntarily, they may overlap the new leader's; give them a shorter \
+             cancellation_backoff/cancellation_timeout or a longer margin");
+    }
+}
+
+/// What follows this replica's role: a resource kind leads or stands by.
+pub(crate) trait Follower: Send + Sync {
+    /// This replica leads now.
+    fn lead(self: Arc<Self>);
+    /// This replica stands by now.
+    fn stand_by(&self);
+}
+
+/// Makes every follower lead or stand by as the role changes, until the elector ends.
+///
+/// # Cancellation safety
+/// Cancel-safe: it only relays.
+pub(crate) async fn follow(mut roles: watch::Receiver<Role>, followers: Vec<Arc<dyn Follower>>) {
+    loop {
+        let role = *roles.borrow_and_update();
+        for follower in &followers {
+            match role {
+                Role::Leader => follower.clone().lead(),
+                Role::Standby => follower.stand_by(),
+            }
+        }
+        if roles.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
 /// Whether this replica leads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]

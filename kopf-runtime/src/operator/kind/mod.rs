@@ -35,6 +35,7 @@ use crate::core::resource::ResourceInfo;
 use crate::core::sink::PatchSinkHandle;
 use crate::core::supervisor::{BlockingPool, Supervisor, SupervisorConfig};
 use crate::operator::cap::Capped;
+use crate::operator::election::Follower;
 use crate::operator::events::{EventPoster, WarningNote, reference};
 use crate::operator::health::KindHealth;
 use crate::operator::identity::is_foreign_kopf_finalizer;
@@ -187,25 +188,6 @@ impl KindState {
             foreign_seen: AtomicBool::new(false),
             leading: AtomicBool::new(!shared.elected),
         }
-    }
-
-    /// This replica leads now: handlers start as after a start-up, and every object's finalizer
-    /// is brought to what its handlers need.
-    pub(crate) fn lead(self: &Arc<Self>) {
-        self.leading.store(true, Ordering::SeqCst);
-        self.finalizers.set_leading(true);
-        self.supervisor.resume();
-        for uid in self.records.uids() {
-            self.enqueue(uid, Job::Sync);
-        }
-    }
-
-    /// This replica stands by: every handler stops (through its stop ladder, with the reason
-    /// "operator paused"), nothing starts, and nothing is written.
-    pub(crate) fn stand_by(&self) {
-        self.leading.store(false, Ordering::SeqCst);
-        self.finalizers.set_leading(false);
-        self.supervisor.pause();
     }
 
     fn leads(&self) -> bool {
@@ -387,6 +369,27 @@ impl Observer for KindState {
         if self.records.mark_gone(uid, view) {
             self.enqueue(uid.clone(), Job::Sync);
         }
+    }
+}
+
+impl Follower for KindState {
+    /// This replica leads now: handlers start as after a start-up, and every object's finalizer
+    /// is brought to what its handlers need.
+    fn lead(self: Arc<Self>) {
+        self.leading.store(true, Ordering::SeqCst);
+        self.finalizers.set_leading(true);
+        self.supervisor.resume();
+        for uid in self.records.uids() {
+            self.enqueue(uid, Job::Sync);
+        }
+    }
+
+    /// This replica stands by: every handler stops (through its stop ladder, with the reason
+    /// "operator paused"), nothing starts, and nothing is written.
+    fn stand_by(&self) {
+        self.leading.store(false, Ordering::SeqCst);
+        self.finalizers.set_leading(false);
+        self.supervisor.pause();
     }
 }
 
