@@ -4,7 +4,9 @@
 //! - never two invocations of one (object, handler) in flight at once, also when a blocking
 //!   one that ignores its stop flag was abandoned while its thread runs on;
 //! - nothing is invoked for an object after it was reported deleting or gone, nor while the
-//!   operator is paused;
+//!   operator is paused — and while paused, no instance is running or queued (every one is
+//!   stopping or gone), whatever the interleaving of events and pause/resume (a replica that
+//!   lost its lease must run nothing);
 //! - every stop ends: once all objects are gone and the ladders have had their time, nothing
 //!   is in flight, no instance is left, and the memory is back to empty.
 
@@ -112,6 +114,7 @@ fn handlers() -> Vec<H> {
 async fn run_case(ops: Vec<Op>) -> Result<(), TestCaseError> {
     let h = Harness::new(handlers());
     let mut generation = [0u32; 3];
+    let mut paused = false;
     let uid = |obj: usize, generation: &[u32; 3]| format!("o{obj}-{}", generation[obj]);
     for op in ops {
         match op {
@@ -139,10 +142,12 @@ async fn run_case(ops: Vec<Op>) -> Result<(), TestCaseError> {
             }
             Op::Stale { .. } => {}
             Op::Pause => {
+                paused = true;
                 h.sup.pause();
                 h.log.push("-", "-", "pause");
             }
             Op::Resume => {
+                paused = false;
                 h.sup.resume();
                 h.log.push("-", "-", "resume");
             }
@@ -152,6 +157,14 @@ async fn run_case(ops: Vec<Op>) -> Result<(), TestCaseError> {
             h.log.max_in_flight() <= 1,
             "two invocations of one pair at once"
         );
+        if paused {
+            let stats = h.stats();
+            let alive = stats.daemons_running
+                + stats.timers_running
+                + stats.daemons_queued
+                + stats.timers_queued;
+            prop_assert_eq!(alive, 0, "instances alive while paused: {:?}", stats);
+        }
     }
     check_order(&h.log.all())?;
     // Every stop ends: everything gone, then the longest ladder (1 s) and more.

@@ -10,7 +10,8 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::Lease;
 use kopf_examples::crd::KopfExample;
 use kopf_runtime::{Data, LeaderElection, Operator, Role, Stopper, daemon};
-use kopf_tests::{TestNamespace, wait_until};
+use kopf_tests::proxy::{Fault, FaultProxy, Match, Rule};
+use kopf_tests::{TestNamespace, test_config, wait_until};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use operator_common::*;
 use std::time::Instant;
@@ -62,8 +63,21 @@ async fn replica(
     name: &'static str,
     journal: &Journal,
 ) -> anyhow::Result<Operator> {
-    Ok(operator(ns, &["election-daemon"])
-        .await?
+    replica_via(ns, name, journal, None).await
+}
+
+/// A replica whose requests (its Lease's included) go through `config` when given.
+async fn replica_via(
+    ns: &TestNamespace,
+    name: &'static str,
+    journal: &Journal,
+    config: Option<kube::Config>,
+) -> anyhow::Result<Operator> {
+    let mut builder = operator(ns, &["election-daemon"]).await?;
+    if let Some(config) = config {
+        builder = builder.kube_config(config);
+    }
+    Ok(builder
         .data(journal.clone())
         .data(Replica(name))
         .leader_election(election(ns, name))
@@ -222,4 +236,55 @@ async fn a_leader_whose_lease_is_taken_steps_down_and_is_fenced() -> anyhow::Res
 
 fn writes(op: &Operator) -> u64 {
     op.stats().requests.map(|r| r.writes).unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_leader_cut_off_from_the_api_server_pauses_and_sends_no_write() -> anyhow::Result<()> {
+    let (ns, api) = example_namespace().await?;
+    let proxy = FaultProxy::start(&test_config().await?).await?;
+    let journal = Journal::default();
+    let a = replica_via(&ns, "a", &journal, Some(proxy.config())).await?;
+    wait_role(&a, "a leads", Role::Leader).await;
+    let b = replica(&ns, "b", &journal).await?;
+    b.ready().await;
+    create(&api, "c1", "x").await?;
+    journal.wait_for("c1", "started by a", 1).await;
+    // Cut a off: every request it sends from now on is held, and every open one dropped.
+    proxy.handle().inject(Rule::new(Match::any(), Fault::Stall));
+    proxy.handle().drop_connections();
+    let cut = Instant::now();
+    // a pauses on its own clock (renew deadline 1.5 s); b takes over once the Lease expired.
+    journal.wait_for("c1", "stopped by a", 1).await;
+    journal.wait_for("c1", "started by b", 1).await;
+    assert_no_overlap(&journal, "c1", &["a", "b"]);
+    let stopped = journal.instants("c1", "stopped by a")[0];
+    assert!(stopped.duration_since(cut) < Duration::from_millis(1500) + Duration::from_secs(1));
+    // Its daemon's last write, tried after the pause, was refused by its own client.
+    journal.wait_for("c1", "final write by a: fenced", 1).await;
+    // Reconnected: held requests are dropped, not delivered late; a stays a standby.
+    proxy.handle().drop_connections();
+    proxy.handle().clear();
+    wait_until("a sees b's Lease", PROMPTLY, || async {
+        a.stats().leadership.and_then(|l| l.holder).as_deref() == Some("b")
+    })
+    .await;
+    assert_eq!(role(&a), Some(Role::Standby));
+    // No write of a's arrived at the proxy after its pause (reads did: positive control).
+    let log = proxy.handle().log();
+    let after: Vec<_> = log.iter().filter(|r| r.at > stopped).collect();
+    assert!(
+        after.iter().any(|r| r.method == http::Method::GET),
+        "{after:?}"
+    );
+    let writes: Vec<_> = after
+        .iter()
+        .filter(|r| r.method != http::Method::GET)
+        .collect();
+    assert!(writes.is_empty(), "writes of a deposed leader: {writes:?}");
+    assert_eq!(journal.count("c1", "started by a"), 1);
+    a.shutdown().await;
+    b.shutdown().await;
+    proxy.stop().await;
+    ns.cleanup().await?;
+    Ok(())
 }

@@ -366,6 +366,9 @@ impl Elector {
         match decision {
             Decision::Wait { .. } => Ok(false),
             Decision::Take if !self.leading() && self.retiring.load(Ordering::SeqCst) => Ok(false),
+            // A renewal read before a freeze and sent after it would only meet a conflict;
+            // past its validity a leader sends none.
+            Decision::Take if self.leading() && !self.fence.allows(Instant::now()) => Ok(false),
             Decision::Take => {
                 let claim = claimed(&current, &self.identity, duration, Timestamp::now());
                 match self.lease.replace(&claim).await {
