@@ -293,102 +293,159 @@ fn count_from_env(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-/// The handover after SIGTERM (a rolling update) and after SIGKILL, with no overlap.
+/// Two replicas of one namespace, the shared log, and the objects that exist.
+struct Cluster {
+    namespace: String,
+    dir: PathBuf,
+    log: PathBuf,
+    /// Replicas spawned so far (each gets the next number as its identity).
+    spawned: usize,
+    leader: Replica,
+    standby: Replica,
+    names: Vec<String>,
+}
+
+impl Cluster {
+    /// A leader serving the daemons of `names`, and a standby.
+    async fn start(
+        namespace: &str,
+        api: &kube::Api<KopfExample>,
+        n: usize,
+    ) -> anyhow::Result<Self> {
+        let dir = std::env::temp_dir().join(format!("kopf-ha-{}-{namespace}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let log = dir.join("daemons.log");
+        let leader = Replica::spawn(namespace, &log, &dir, 0).await?;
+        let names = create_many(api, "ha", n).await?;
+        wait_started(&log, &names, leader.pid, 0).await;
+        let standby = Replica::spawn(namespace, &log, &dir, 1).await?;
+        Ok(Self {
+            namespace: namespace.to_owned(),
+            dir,
+            log,
+            spawned: 2,
+            leader,
+            standby,
+            names,
+        })
+    }
+
+    async fn spawn(&mut self) -> anyhow::Result<Replica> {
+        self.spawned += 1;
+        Replica::spawn(&self.namespace, &self.log, &self.dir, self.spawned).await
+    }
+
+    fn kill_line(&self, what: &str, pid: u32) {
+        append_line(&self.log, &format!("{what} - - {pid} {}", now_nanos()));
+    }
+
+    /// Waits until `pid` runs every object's daemon started after `since`; the time it took.
+    async fn taken_over(&self, pid: u32, since: u128) -> anyhow::Result<Duration> {
+        let started = wait_started(&self.log, &self.names, pid, since).await;
+        Ok(Duration::from_nanos(u64::try_from(
+            started.saturating_sub(since),
+        )?))
+    }
+
+    /// A rolling update: a new replica, then SIGTERM the leader; the standby takes over.
+    async fn roll(&mut self) -> anyhow::Result<Duration> {
+        let newest = self.spawn().await?;
+        let sent = now_nanos();
+        self.leader.signal("-TERM").await?;
+        let code = self.leader.exit_code().await?;
+        let output = self.leader.output.display().to_string();
+        anyhow::ensure!(code == Some(0), "exit {code:?}: see {output}");
+        let gap = self.taken_over(self.standby.pid, sent).await?;
+        self.leader = std::mem::replace(&mut self.standby, newest);
+        Ok(gap)
+    }
+
+    /// A crash: SIGKILL the leader; the standby takes over once the lease expired.
+    async fn crash(&mut self) -> anyhow::Result<Duration> {
+        let sent = now_nanos();
+        self.leader.signal("-KILL").await?;
+        let _ = self.leader.process.wait().await;
+        self.kill_line("killed", self.leader.pid);
+        let gap = self.taken_over(self.standby.pid, sent).await?;
+        let newest = self.spawn().await?;
+        self.leader = std::mem::replace(&mut self.standby, newest);
+        Ok(gap)
+    }
+
+    /// SIGKILL the standby and start another.
+    async fn crash_standby(&mut self) -> anyhow::Result<()> {
+        self.standby.signal("-KILL").await?;
+        let _ = self.standby.process.wait().await;
+        self.kill_line("killed", self.standby.pid);
+        self.standby = self.spawn().await?;
+        Ok(())
+    }
+
+    /// A frozen leader (SIGSTOP) for longer than the lease: the standby takes over; thawed
+    /// (SIGCONT), the old leader finds its validity lapsed on its own clock, only stops its
+    /// daemons, and stands by.
+    async fn freeze(&mut self) -> anyhow::Result<Duration> {
+        let sent = now_nanos();
+        self.leader.signal("-STOP").await?;
+        self.kill_line("frozen", self.leader.pid);
+        let gap = self.taken_over(self.standby.pid, sent).await?;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        self.kill_line("thawed", self.leader.pid);
+        self.leader.signal("-CONT").await?;
+        let pid = self.leader.pid;
+        let what = format!("the thawed replica {pid} to stop its daemons");
+        wait_until(what, PROMPTLY, || async {
+            let entries = read_log(&self.log);
+            self.names.iter().all(|name| {
+                let last = entries
+                    .iter()
+                    .rev()
+                    .find(|e| &e.name == name && e.pid == pid);
+                last.is_none_or(|e| e.kind == "stop")
+            })
+        })
+        .await;
+        let stray = acted_after_thaw(&read_log(&self.log), pid);
+        anyhow::ensure!(stray.is_empty(), "{stray:?}");
+        std::mem::swap(&mut self.leader, &mut self.standby);
+        Ok(gap)
+    }
+
+    /// Deletes every object (the leader releases the finalizers: nothing leaks), stops both
+    /// replicas with SIGTERM (exit 0), and checks the log for overlaps. Returns the daemon starts.
+    async fn finish(self, api: &kube::Api<KopfExample>) -> anyhow::Result<usize> {
+        delete_all(api, &self.names).await?;
+        assert_gone(api, &self.names).await;
+        for mut replica in [self.leader, self.standby] {
+            replica.signal("-TERM").await?;
+            let code = replica.exit_code().await?;
+            anyhow::ensure!(code == Some(0), "a replica exited with {code:?}");
+        }
+        let entries = read_log(&self.log);
+        let found = overlaps(&entries);
+        let log = self.log.display();
+        anyhow::ensure!(found.is_empty(), "overlaps: {found:?} (log: {log})");
+        Ok(entries.iter().filter(|e| e.kind == "start").count())
+    }
+}
+
+/// The handover after SIGTERM (20 rolling updates), after SIGKILL and from a frozen leader.
 async fn handovers_never_overlap() -> anyhow::Result<()> {
     let (ns, api) = example_namespace().await?;
-    let dir = std::env::temp_dir().join(format!("kopf-ha-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let log = dir.join("daemons.log");
-    let mut n = 0;
-    let mut leader = Replica::spawn(ns.name(), &log, &dir, n).await?;
-    let names = create_many(&api, "ha", 4).await?;
-    wait_started(&log, &names, leader.pid, 0).await;
-    n += 1;
-    let mut standby = Replica::spawn(ns.name(), &log, &dir, n).await?;
-
-    // Rolling updates: a new replica, then SIGTERM the leader; the old standby takes over.
+    let mut cluster = Cluster::start(ns.name(), &api, 4).await?;
     let mut graceful = Vec::new();
     for _ in 0..count_from_env("KOPF_HA_ROLLS", 20) {
-        n += 1;
-        let newest = Replica::spawn(ns.name(), &log, &dir, n).await?;
-        let sent = now_nanos();
-        leader.signal("-TERM").await?;
-        let code = leader.exit_code().await?;
-        anyhow::ensure!(
-            code == Some(0),
-            "exit {code:?}: see {}",
-            leader.output.display()
-        );
-        let next = standby;
-        let started = wait_started(&log, &names, next.pid, sent).await;
-        graceful.push(Duration::from_nanos(u64::try_from(started - sent)?));
-        (leader, standby) = (next, newest);
+        graceful.push(cluster.roll().await?);
     }
-
-    // Crashes: SIGKILL the leader; the standby takes over after the lease expires.
     let mut crashed = Vec::new();
     for _ in 0..count_from_env("KOPF_HA_KILLS", 3) {
-        let sent = now_nanos();
-        leader.signal("-KILL").await?;
-        let _ = leader.process.wait().await;
-        append_line(&log, &format!("killed - - {} {}", leader.pid, now_nanos()));
-        let next = standby;
-        let started = wait_started(&log, &names, next.pid, sent).await;
-        crashed.push(Duration::from_nanos(u64::try_from(started - sent)?));
-        n += 1;
-        standby = Replica::spawn(ns.name(), &log, &dir, n).await?;
-        leader = next;
+        crashed.push(cluster.crash().await?);
     }
-
-    // A frozen leader (SIGSTOP) for longer than the lease: the standby takes over; thawed
-    // (SIGCONT), the old leader finds its validity lapsed on its own clock, stops its daemons and
-    // becomes a standby.
-    let sent = now_nanos();
-    leader.signal("-STOP").await?;
-    append_line(&log, &format!("frozen - - {} {}", leader.pid, now_nanos()));
-    let next = standby;
-    let started = wait_started(&log, &names, next.pid, sent).await;
-    let frozen_gap = Duration::from_nanos(u64::try_from(started - sent)?);
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    append_line(&log, &format!("thawed - - {} {}", leader.pid, now_nanos()));
-    leader.signal("-CONT").await?;
-    let what = format!("the thawed replica {} to stop its daemons", leader.pid);
-    wait_until(what, PROMPTLY, || async {
-        let entries = read_log(&log);
-        names.iter().all(|name| {
-            let last = entries
-                .iter()
-                .rev()
-                .find(|e| &e.name == name && e.pid == leader.pid);
-            last.is_some_and(|e| e.kind == "stop")
-        })
-    })
-    .await;
-    let stray = acted_after_thaw(&read_log(&log), leader.pid);
-    anyhow::ensure!(stray.is_empty(), "{stray:?}");
-    (leader, standby) = (next, leader);
-    println!("handover from a frozen leader: {frozen_gap:?}");
-
-    // Deletion with two replicas: the leader releases every finalizer; nothing leaks.
-    delete_all(&api, &names).await?;
-    assert_gone(&api, &names).await;
-    for mut replica in [leader, standby] {
-        replica.signal("-TERM").await?;
-        anyhow::ensure!(
-            replica.exit_code().await? == Some(0),
-            "a replica failed to exit"
-        );
-    }
-    let entries = read_log(&log);
-    let found = overlaps(&entries);
-    anyhow::ensure!(
-        found.is_empty(),
-        "overlaps: {found:?} (log: {})",
-        log.display()
-    );
-    let starts = entries.iter().filter(|e| e.kind == "start").count();
+    let frozen = cluster.freeze().await?;
+    let starts = cluster.finish(&api).await?;
     println!(
-        "handover after SIGTERM: {}; after SIGKILL: {}; {starts} daemon starts, 0 overlaps",
+        "handover after SIGTERM: {}; after SIGKILL: {}; from a frozen leader: {frozen:?}; \
+         {starts} daemon starts, 0 overlaps",
         percentiles(graceful.clone()),
         percentiles(crashed.clone())
     );
@@ -399,6 +456,58 @@ async fn handovers_never_overlap() -> anyhow::Result<()> {
     let worst = |gaps: &[Duration]| gaps.iter().max().copied().unwrap_or_default();
     anyhow::ensure!(worst(&graceful) < Duration::from_millis(500) + Duration::from_secs(2) + slack);
     anyhow::ensure!(worst(&crashed) < LEASE_DURATION + Duration::from_secs(2) + slack);
+    ns.cleanup().await
+}
+
+/// A random sequence of rolling updates, crashes of either replica, freezes of the leader and
+/// objects created and deleted meanwhile (`KOPF_HA_SOAK_EVENTS`, default 12; `KOPF_HA_SEED`
+/// repeats a sequence): no overlap, every object served by the leader after each event, no
+/// leaked finalizer, every replica exits cleanly.
+async fn a_random_soak_keeps_the_invariants() -> anyhow::Result<()> {
+    let events = count_from_env("KOPF_HA_SOAK_EVENTS", 12);
+    let seed = std::env::var("KOPF_HA_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| u64::try_from(now_nanos() % 1_000_000).unwrap_or_default());
+    println!("soak: {events} events, KOPF_HA_SEED={seed}");
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let (ns, api) = example_namespace().await?;
+    let mut cluster = Cluster::start(ns.name(), &api, 3).await?;
+    let mut counts = BTreeMap::new();
+    let mut next = 0;
+    for _ in 0..events {
+        let event = match rng.u8(0..10) {
+            0..=2 => cluster.roll().await.map(|_| "roll")?,
+            3 | 4 => cluster.crash().await.map(|_| "crash")?,
+            5 => cluster.freeze().await.map(|_| "freeze")?,
+            6 => cluster.crash_standby().await.map(|()| "crash standby")?,
+            7 if cluster.names.len() > 1 => {
+                let name = cluster.names.swap_remove(rng.usize(..cluster.names.len()));
+                delete_all(&api, std::slice::from_ref(&name)).await?;
+                assert_gone(&api, std::slice::from_ref(&name)).await;
+                "delete"
+            }
+            _ => {
+                next += 1;
+                let name = format!("soak-{next}");
+                let since = now_nanos();
+                api.create(&kube::api::PostParams::default(), &example(&name))
+                    .await?;
+                wait_started(
+                    &cluster.log,
+                    std::slice::from_ref(&name),
+                    cluster.leader.pid,
+                    since,
+                )
+                .await;
+                cluster.names.push(name);
+                "create"
+            }
+        };
+        *counts.entry(event).or_insert(0) += 1;
+    }
+    let starts = cluster.finish(&api).await?;
+    println!("soak: {counts:?}; {starts} daemon starts, 0 overlaps, 0 leaked finalizers");
     ns.cleanup().await
 }
 
@@ -439,10 +548,6 @@ fn main() -> ExitCode {
         .skip(1)
         .filter(|a| !a.starts_with('-'))
         .collect();
-    let name = "handovers_never_overlap";
-    if !filter.is_empty() && !filter.iter().any(|f| name.contains(f.as_str())) {
-        return ExitCode::SUCCESS;
-    }
     the_detector_finds_an_overlap_and_honours_kills();
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
@@ -451,21 +556,37 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        runtime.block_on(handovers_never_overlap())
-    }));
-    match outcome {
-        Ok(Ok(())) => {
-            println!("test {name} ... ok");
-            ExitCode::SUCCESS
+    type Test = fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<()>>>>;
+    let tests: [(&str, Test); 2] = [
+        ("handovers_never_overlap", || {
+            Box::pin(handovers_never_overlap())
+        }),
+        ("a_random_soak_keeps_the_invariants", || {
+            Box::pin(a_random_soak_keeps_the_invariants())
+        }),
+    ];
+    let mut failed = 0;
+    for (name, test) in tests {
+        if !filter.is_empty() && !filter.iter().any(|f| name.contains(f.as_str())) {
+            continue;
         }
-        Ok(Err(err)) => {
-            println!("test {name} ... FAILED: {err:#}");
-            ExitCode::FAILURE
+        let outcome =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| runtime.block_on(test())));
+        match outcome {
+            Ok(Ok(())) => println!("test {name} ... ok"),
+            Ok(Err(err)) => {
+                println!("test {name} ... FAILED: {err:#}");
+                failed += 1;
+            }
+            Err(_) => {
+                println!("test {name} ... FAILED (panicked)");
+                failed += 1;
+            }
         }
-        Err(_) => {
-            println!("test {name} ... FAILED (panicked)");
-            ExitCode::FAILURE
-        }
+    }
+    if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
     }
 }
