@@ -10,9 +10,10 @@
 //! event: `start|stop|fire <name> <uid> <pid> [<stop reason>]`.
 
 mod faults_common;
+mod process_common;
 
 use std::collections::BTreeMap;
-use std::io::Write as _;
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -24,6 +25,7 @@ use kopf_runtime::{LogFormat, Operator, Registry, Stopper, daemon, timer};
 use kopf_tests::{test_config, wait_until};
 use kube::ResourceExt as _;
 use kube::api::{DeleteParams, PostParams};
+use process_common::{Child, Test, append_line, run_tests};
 
 const CHILD_ENV: &str = "KOPF_FAULTS_CHILD_NAMESPACE";
 /// Set in the child: build the client from the environment (`KUBECONFIG`), as a user's `main`
@@ -42,18 +44,11 @@ fn append(kind: &str, obj: &KopfExample, extra: &str) {
     };
     let uid = obj.metadata.uid.clone().unwrap_or_default();
     let line = format!(
-        "{kind} {} {uid} {} {extra}\n",
+        "{kind} {} {uid} {} {extra}",
         obj.name_any(),
         std::process::id()
     );
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path);
-    // One write per line, in append mode: lines of concurrent handlers do not interleave.
-    if let Err(err) = file.and_then(|mut f| f.write_all(line.as_bytes())) {
-        eprintln!("cannot append to the child log: {err}");
-    }
+    append_line(Path::new(&path), &line);
 }
 
 /// Records `stop … dropped` if the daemon's future is dropped before it saw its stop.
@@ -173,11 +168,6 @@ fn assert_no_overlap_in(log: &[Entry]) {
     }
 }
 
-struct Child {
-    process: tokio::process::Child,
-    pid: u32,
-}
-
 async fn spawn_child(namespace: &str, log: &Path, output: &Path) -> anyhow::Result<Child> {
     spawn_child_with(namespace, log, output, None).await
 }
@@ -189,48 +179,15 @@ async fn spawn_child_with(
     output: &Path,
     kubeconfig: Option<&Path>,
 ) -> anyhow::Result<Child> {
-    let out = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(output)?;
-    let mut command = tokio::process::Command::new(std::env::current_exe()?);
+    let mut env = vec![
+        (CHILD_ENV, OsString::from(namespace)),
+        (LOG_ENV, log.as_os_str().to_owned()),
+    ];
     if let Some(path) = kubeconfig {
-        command.env(INFER_ENV, "1").env("KUBECONFIG", path);
+        env.push((INFER_ENV, OsString::from("1")));
+        env.push(("KUBECONFIG", path.as_os_str().to_owned()));
     }
-    let process = command
-        .env(CHILD_ENV, namespace)
-        .env(LOG_ENV, log)
-        .stdin(std::process::Stdio::null())
-        .stdout(out.try_clone()?)
-        .stderr(out)
-        .kill_on_drop(true)
-        .spawn()?;
-    let pid = process
-        .id()
-        .ok_or_else(|| anyhow::anyhow!("the child has no pid"))?;
-    Ok(Child { process, pid })
-}
-
-impl Child {
-    async fn sigterm(&self) -> anyhow::Result<()> {
-        let status = tokio::process::Command::new("kill")
-            .args(["-TERM", &self.pid.to_string()])
-            .status()
-            .await?;
-        anyhow::ensure!(status.success(), "kill -TERM {} failed", self.pid);
-        Ok(())
-    }
-
-    /// Waits for the exit, at most `timeout`.
-    /// Waits for the exit, at most `timeout`: the exit code, `None` if ended by a signal.
-    async fn exit_code(&mut self, timeout: Duration) -> anyhow::Result<Option<i32>> {
-        use std::os::unix::process::ExitStatusExt as _;
-        let status = tokio::time::timeout(timeout, self.process.wait()).await??;
-        if let Some(signal) = status.signal() {
-            println!("child {} ended by signal {signal}", self.pid);
-        }
-        Ok(status.code())
-    }
+    Child::spawn(&env, output)
 }
 
 /// Waits until `pid` logged `kind` for every one of `names`.
@@ -310,7 +267,7 @@ async fn sigkill_mid_run_and_restart() -> anyhow::Result<()> {
         restarted.elapsed()
     );
 
-    second.sigterm().await?;
+    second.signal("-TERM").await?;
     let code = second
         .exit_code(SHUTDOWN_TIMEOUT + Duration::from_secs(5))
         .await?;
@@ -364,7 +321,7 @@ async fn sigterm_during_a_mass_deletion() -> anyhow::Result<()> {
 
     delete_all(&api, &names).await?;
     let signalled = Instant::now();
-    first.sigterm().await?;
+    first.signal("-TERM").await?;
     let code = first
         .exit_code(SHUTDOWN_TIMEOUT + Duration::from_secs(5))
         .await?;
@@ -389,7 +346,7 @@ async fn sigterm_during_a_mass_deletion() -> anyhow::Result<()> {
     assert_gone(&api, &names).await;
     // Signal it only once it runs (before, SIGTERM would end it with the default action).
     wait_for_operators(&files.output, 2).await;
-    second.sigterm().await?;
+    second.signal("-TERM").await?;
     let code = second
         .exit_code(SHUTDOWN_TIMEOUT + Duration::from_secs(5))
         .await?;
@@ -490,7 +447,7 @@ async fn an_unreachable_api_server_is_reported_in_a_few_plain_lines() -> anyhow:
     .await;
     // …and over the next 10 s of retries says nothing more about it.
     tokio::time::sleep(Duration::from_secs(10)).await;
-    let _ = child.sigterm().await;
+    let _ = child.signal("-TERM").await;
     let code = child
         .exit_code(SHUTDOWN_TIMEOUT + Duration::from_secs(5))
         .await?;
@@ -543,7 +500,7 @@ async fn reported_line(
     })
     .await;
     // Whether it exits on its own or keeps retrying, SIGTERM ends it cleanly.
-    let _ = child.sigterm().await;
+    let _ = child.signal("-TERM").await;
     let code = child
         .exit_code(SHUTDOWN_TIMEOUT + Duration::from_secs(5))
         .await?;
@@ -618,18 +575,6 @@ fn main() -> ExitCode {
     if let Ok(namespace) = std::env::var(CHILD_ENV) {
         return child(namespace);
     }
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(runtime) => runtime,
-        Err(err) => {
-            eprintln!("no runtime: {err}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let filter: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    type Test = fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<()>>>>;
     let tests: [(&str, Test); 6] = [
         ("sigkill_mid_run_and_restart", || {
             Box::pin(sigkill_mid_run_and_restart())
@@ -652,32 +597,5 @@ fn main() -> ExitCode {
             || Box::pin(an_unreachable_api_server_is_reported_in_a_few_plain_lines()),
         ),
     ];
-    let (mut passed, mut failed) = (0, 0);
-    for (name, test) in tests {
-        if !filter.is_empty() && !filter.iter().any(|f| name.contains(f.as_str())) {
-            continue;
-        }
-        let outcome =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| runtime.block_on(test())));
-        match outcome {
-            Ok(Ok(())) => {
-                println!("test {name} ... ok");
-                passed += 1;
-            }
-            Ok(Err(err)) => {
-                println!("test {name} ... FAILED: {err:#}");
-                failed += 1;
-            }
-            Err(_) => {
-                println!("test {name} ... FAILED (panicked)");
-                failed += 1;
-            }
-        }
-    }
-    println!("{passed} passed, {failed} failed");
-    if failed == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    run_tests(&tests)
 }

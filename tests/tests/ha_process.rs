@@ -11,9 +11,10 @@
 //! crashes (default 3).
 
 mod faults_common;
+mod process_common;
 
 use std::collections::BTreeMap;
-use std::io::Write as _;
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -24,6 +25,7 @@ use kopf_examples::crd::KopfExample;
 use kopf_runtime::{LeaderElection, LogFormat, Operator, Registry, Stopper, daemon};
 use kopf_tests::{test_config, wait_until};
 use kube::ResourceExt as _;
+use process_common::{Child, append_line, run_tests};
 
 const CHILD_ENV: &str = "KOPF_HA_CHILD_NAMESPACE";
 const LOG_ENV: &str = "KOPF_HA_CHILD_LOG";
@@ -37,17 +39,6 @@ fn now_nanos() -> u128 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or_default()
-}
-
-fn append_line(path: &Path, line: &str) {
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path);
-    // One write per line, in append mode: lines of concurrent processes do not interleave.
-    if let Err(err) = file.and_then(|mut f| f.write_all(format!("{line}\n").as_bytes())) {
-        eprintln!("cannot append to the shared log: {err}");
-    }
 }
 
 fn append(kind: &str, obj: &KopfExample) {
@@ -193,7 +184,7 @@ fn acted_after_thaw(log: &[Entry], pid: u32) -> Vec<String> {
 }
 
 struct Replica {
-    process: tokio::process::Child,
+    child: Child,
     pid: u32,
     output: PathBuf,
 }
@@ -201,22 +192,15 @@ struct Replica {
 impl Replica {
     async fn spawn(namespace: &str, log: &Path, dir: &Path, n: usize) -> anyhow::Result<Self> {
         let output = dir.join(format!("replica-{n}.log"));
-        let out = std::fs::File::create(&output)?;
-        let process = tokio::process::Command::new(std::env::current_exe()?)
-            .env(CHILD_ENV, namespace)
-            .env(LOG_ENV, log)
-            .env(IDENTITY_ENV, format!("replica-{n}"))
-            .stdin(std::process::Stdio::null())
-            .stdout(out.try_clone()?)
-            .stderr(out)
-            .kill_on_drop(true)
-            .spawn()?;
-        let pid = process
-            .id()
-            .ok_or_else(|| anyhow::anyhow!("the child has no pid"))?;
+        let env = [
+            (CHILD_ENV, OsString::from(namespace)),
+            (LOG_ENV, log.as_os_str().to_owned()),
+            (IDENTITY_ENV, OsString::from(format!("replica-{n}"))),
+        ];
+        let child = Child::spawn(&env, &output)?;
         let replica = Self {
-            process,
-            pid,
+            pid: child.pid,
+            child,
             output,
         };
         // Signalled only once it runs (before, SIGTERM would end it with the default action).
@@ -233,17 +217,15 @@ impl Replica {
     }
 
     async fn signal(&self, signal: &str) -> anyhow::Result<()> {
-        let status = tokio::process::Command::new("kill")
-            .args([signal, &self.pid.to_string()])
-            .status()
-            .await?;
-        anyhow::ensure!(status.success(), "kill {signal} {} failed", self.pid);
-        Ok(())
+        self.child.signal(signal).await
     }
 
     async fn exit_code(&mut self) -> anyhow::Result<Option<i32>> {
-        let status = tokio::time::timeout(PROMPTLY, self.process.wait()).await??;
-        Ok(status.code())
+        self.child.exit_code(PROMPTLY).await
+    }
+
+    async fn wait_killed(&mut self) {
+        let _ = self.child.process.wait().await;
     }
 }
 
@@ -364,7 +346,7 @@ impl Cluster {
     async fn crash(&mut self) -> anyhow::Result<Duration> {
         let sent = now_nanos();
         self.leader.signal("-KILL").await?;
-        let _ = self.leader.process.wait().await;
+        self.leader.wait_killed().await;
         self.kill_line("killed", self.leader.pid);
         let gap = self.taken_over(self.standby.pid, sent).await?;
         let newest = self.spawn().await?;
@@ -375,7 +357,7 @@ impl Cluster {
     /// SIGKILL the standby and start another.
     async fn crash_standby(&mut self) -> anyhow::Result<()> {
         self.standby.signal("-KILL").await?;
-        let _ = self.standby.process.wait().await;
+        self.standby.wait_killed().await;
         self.kill_line("killed", self.standby.pid);
         self.standby = self.spawn().await?;
         Ok(())
@@ -544,49 +526,13 @@ fn main() -> ExitCode {
     if let Ok(namespace) = std::env::var(CHILD_ENV) {
         return child(&namespace);
     }
-    let filter: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
     the_detector_finds_an_overlap_and_honours_kills();
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(runtime) => runtime,
-        Err(err) => {
-            eprintln!("no runtime: {err}");
-            return ExitCode::FAILURE;
-        }
-    };
-    type Test = fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<()>>>>;
-    let tests: [(&str, Test); 2] = [
+    run_tests(&[
         ("handovers_never_overlap", || {
             Box::pin(handovers_never_overlap())
         }),
         ("a_random_soak_keeps_the_invariants", || {
             Box::pin(a_random_soak_keeps_the_invariants())
         }),
-    ];
-    let mut failed = 0;
-    for (name, test) in tests {
-        if !filter.is_empty() && !filter.iter().any(|f| name.contains(f.as_str())) {
-            continue;
-        }
-        let outcome =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| runtime.block_on(test())));
-        match outcome {
-            Ok(Ok(())) => println!("test {name} ... ok"),
-            Ok(Err(err)) => {
-                println!("test {name} ... FAILED: {err:#}");
-                failed += 1;
-            }
-            Err(_) => {
-                println!("test {name} ... FAILED (panicked)");
-                failed += 1;
-            }
-        }
-    }
-    if failed == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    ])
 }
