@@ -25,7 +25,7 @@ use kopf_runtime::{LogFormat, Operator, Registry, Stopper, daemon, timer};
 use kopf_tests::{test_config, wait_until};
 use kube::ResourceExt as _;
 use kube::api::{DeleteParams, PostParams};
-use process_common::{Child, Test, append_line, run_tests};
+use process_common::{Child, Entry, Test, append_line, read_log, run_tests};
 
 const CHILD_ENV: &str = "KOPF_FAULTS_CHILD_NAMESPACE";
 /// Set in the child: build the client from the environment (`KUBECONFIG`), as a user's `main`
@@ -111,32 +111,6 @@ fn child(namespace: String) -> ExitCode {
             ExitCode::from(2)
         }
     }
-}
-
-/// One line of the child log.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Entry {
-    kind: String,
-    name: String,
-    uid: String,
-    pid: u32,
-    reason: String,
-}
-
-fn read_log(path: &Path) -> Vec<Entry> {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    text.lines()
-        .filter_map(|line| {
-            let mut parts = line.splitn(5, ' ');
-            Some(Entry {
-                kind: parts.next()?.to_owned(),
-                name: parts.next()?.to_owned(),
-                uid: parts.next()?.to_owned(),
-                pid: parts.next()?.parse().ok()?,
-                reason: parts.next().unwrap_or_default().trim().to_owned(),
-            })
-        })
-        .collect()
 }
 
 fn count(log: &[Entry], kind: &str, name: &str, pid: u32) -> usize {
@@ -295,7 +269,7 @@ async fn sigkill_mid_run_and_restart() -> anyhow::Result<()> {
     assert!(
         log.iter()
             .filter(|e| e.kind == "stop" && e.pid == second.pid)
-            .all(|e| e.reason.contains("operator exiting")),
+            .all(|e| e.detail.contains("operator exiting")),
         "{log:?}"
     );
     assert_no_overlap_in(&log);
@@ -335,7 +309,7 @@ async fn sigterm_during_a_mass_deletion() -> anyhow::Result<()> {
             "{name}: no stop seen"
         );
     }
-    let dropped: Vec<&Entry> = log.iter().filter(|e| e.reason == "dropped").collect();
+    let dropped: Vec<&Entry> = log.iter().filter(|e| e.detail == "dropped").collect();
     assert!(
         dropped.is_empty(),
         "cancelled before seeing the stop: {dropped:?}"

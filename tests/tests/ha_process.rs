@@ -25,7 +25,7 @@ use kopf_examples::crd::KopfExample;
 use kopf_runtime::{LeaderElection, LogFormat, Operator, Registry, Stopper, daemon};
 use kopf_tests::{test_config, wait_until};
 use kube::ResourceExt as _;
-use process_common::{Child, append_line, run_tests};
+use process_common::{Child, Entry, append_line, read_log, run_tests};
 
 const CHILD_ENV: &str = "KOPF_HA_CHILD_NAMESPACE";
 const LOG_ENV: &str = "KOPF_HA_CHILD_LOG";
@@ -99,32 +99,6 @@ fn child(namespace: &str) -> ExitCode {
             ExitCode::from(2)
         }
     }
-}
-
-/// One line of the shared log.
-#[derive(Debug, Clone)]
-struct Entry {
-    kind: String,
-    name: String,
-    uid: String,
-    pid: u32,
-    at: u128,
-}
-
-fn read_log(path: &Path) -> Vec<Entry> {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    text.lines()
-        .filter_map(|line| {
-            let mut parts = line.split(' ');
-            Some(Entry {
-                kind: parts.next()?.to_owned(),
-                name: parts.next()?.to_owned(),
-                uid: parts.next()?.to_owned(),
-                pid: parts.next()?.parse().ok()?,
-                at: parts.next()?.parse().ok()?,
-            })
-        })
-        .collect()
 }
 
 /// The overlap detector: in the log's order, a daemon runs from its start to its stop, or to
@@ -240,8 +214,8 @@ async fn wait_started(log: &Path, names: &[String], pid: u32, since: u128) -> u1
             .filter_map(|n| {
                 entries
                     .iter()
-                    .find(|e| e.kind == "start" && &e.name == n && e.pid == pid && e.at >= since)
-                    .map(|e| e.at)
+                    .find(|e| e.kind == "start" && &e.name == n && e.pid == pid && e.at() >= since)
+                    .map(Entry::at)
             })
             .collect();
         if starts.len() == names.len() {
@@ -495,12 +469,12 @@ async fn a_random_soak_keeps_the_invariants() -> anyhow::Result<()> {
 
 /// The detector itself: it finds an overlap, and a kill ends the killed process's daemons.
 fn the_detector_finds_an_overlap_and_honours_kills() {
-    let entry = |kind: &str, pid, at| Entry {
+    let entry = |kind: &str, pid, at: u32| Entry {
         kind: kind.to_owned(),
         name: "o".to_owned(),
         uid: "u".to_owned(),
         pid,
-        at,
+        detail: at.to_string(),
     };
     let clean = [
         entry("start", 1, 1),

@@ -70,6 +70,41 @@ pub fn append_line(path: &Path, line: &str) {
     }
 }
 
+/// One line of a shared log: `<kind> <name> <uid> <pid> [<detail>]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub kind: String,
+    pub name: String,
+    pub uid: String,
+    pub pid: u32,
+    /// The rest of the line (a stop reason, a time).
+    pub detail: String,
+}
+
+impl Entry {
+    /// The detail as a time in nanoseconds (0 if it is none).
+    pub fn at(&self) -> u128 {
+        self.detail.parse().unwrap_or_default()
+    }
+}
+
+/// The entries of the log at `path` (none if it does not exist yet).
+pub fn read_log(path: &Path) -> Vec<Entry> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .filter_map(|line| {
+            let mut parts = line.splitn(5, ' ');
+            Some(Entry {
+                kind: parts.next()?.to_owned(),
+                name: parts.next()?.to_owned(),
+                uid: parts.next()?.to_owned(),
+                pid: parts.next()?.parse().ok()?,
+                detail: parts.next().unwrap_or_default().trim().to_owned(),
+            })
+        })
+        .collect()
+}
+
 /// A child process of this test binary.
 pub struct Child {
     pub process: tokio::process::Child,
