@@ -2,7 +2,9 @@
 //! with `#[timer]` / `#[daemon]`, run by `kopf_runtime::Operator` with its defaults (finalizers
 //! on, the default client-side request limits, human logs at the default level) until SIGTERM.
 //!
-//! Usage: `bench-kopf-rs timers | daemons | timers-write` with `BENCH_FIRES` (the fire log).
+//! Usage: `bench-kopf-rs timers | daemons | timers-write | daemons-ha` with `BENCH_FIRES` (the
+//! fire log). `daemons-ha` runs the daemons as one of several replicas with leader election
+//! (client-go's default timing; the Lease `kopf-bench` in the benchmark's namespace).
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -12,7 +14,9 @@ use kopf_bench::firelog::unix_nanos;
 use kopf_bench::names::NAMESPACE;
 use kopf_bench::{FireLog, Tag};
 use kopf_examples::crd::KopfExample;
-use kopf_runtime::{HandlerResult, LogFormat, Operator, Registry, Stopper, daemon, timer};
+use kopf_runtime::{
+    HandlerResult, LeaderElection, LogFormat, Operator, Registry, Stopper, daemon, timer,
+};
 use kube::ResourceExt as _;
 use serde_json::{Value, json};
 
@@ -56,21 +60,23 @@ async fn tick_daemon(obj: Arc<KopfExample>, stopper: Stopper) -> HandlerResult {
 async fn main() -> anyhow::Result<()> {
     let mode = std::env::args()
         .nth(1)
-        .context("usage: bench-kopf-rs timers|daemons|timers-write")?;
+        .context("usage: bench-kopf-rs timers|daemons|timers-write|daemons-ha")?;
     let id = match mode.as_str() {
         "timers" => "tick_timer",
         "timers-write" => "tick",
-        "daemons" => "tick_daemon",
+        "daemons" | "daemons-ha" => "tick_daemon",
         other => bail!("unknown mode {other:?}"),
     };
     let _ = LOG.set(FireLog::from_env()?);
     let registry = Registry::from_inventory()?.select(&[id])?;
-    let result = Operator::builder()
+    let mut builder = Operator::builder()
         .namespaces([NAMESPACE])
         .registry(&registry)
-        .log_format(LogFormat::Human)
-        .run()
-        .await;
+        .log_format(LogFormat::Human);
+    if mode == "daemons-ha" {
+        builder = builder.leader_election(LeaderElection::new("kopf-bench", NAMESPACE));
+    }
+    let result = builder.run().await;
     if let Some(log) = LOG.get() {
         log.flush();
     }

@@ -48,6 +48,8 @@ pub(crate) enum Mode {
     Timers,
     Daemons,
     TimersWrite,
+    /// Daemons, as one of several elected replicas (kopf-rs only).
+    DaemonsHa,
 }
 
 impl Mode {
@@ -56,6 +58,7 @@ impl Mode {
             Self::Timers => "timers",
             Self::Daemons => "daemons",
             Self::TimersWrite => "timers-write",
+            Self::DaemonsHa => "daemons-ha",
         }
     }
 }
@@ -210,6 +213,13 @@ impl Running {
     }
 
     /// SIGTERM, then wait; kills it after `limit`.
+    /// SIGKILL, and waits for the process to end.
+    pub(crate) fn kill(&mut self) -> anyhow::Result<()> {
+        self.child.kill()?;
+        self.child.wait()?;
+        Ok(())
+    }
+
     pub(crate) async fn stop(&mut self, limit: Duration) -> anyhow::Result<Option<i32>> {
         if self.child.try_wait()?.is_none() {
             self.terminate()?;

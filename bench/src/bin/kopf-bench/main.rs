@@ -13,6 +13,7 @@ mod arms;
 mod audit;
 mod cluster;
 mod fires;
+mod handover;
 mod inproc;
 mod report;
 mod results;

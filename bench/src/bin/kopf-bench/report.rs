@@ -42,6 +42,11 @@ fn shown(scenario: &str) -> &'static [(&'static str, &'static str)] {
             ("fires_after_gone", "fires after gone"),
             ("requests", "API requests"),
         ],
+        "handover" => &[
+            ("handover_sigterm_s", "handover after SIGTERM (s)"),
+            ("handover_sigkill_s", "handover after SIGKILL (s)"),
+            ("exit_code", "exit code of the SIGTERMed leader"),
+        ],
         "shutdown" => &[
             ("shutdown_s", "exit after SIGTERM (s)"),
             ("daemons_stopped", "daemons that saw the stop"),

@@ -30,16 +30,18 @@ pub(crate) enum Scenario {
     Deletion,
     Shutdown,
     TimersWrite,
+    Handover,
 }
 
 impl Scenario {
-    pub(crate) const ALL: [Self; 6] = [
+    pub(crate) const ALL: [Self; 7] = [
         Self::Timers,
         Self::Daemons,
         Self::Startup,
         Self::Deletion,
         Self::Shutdown,
         Self::TimersWrite,
+        Self::Handover,
     ];
 
     pub(crate) fn as_str(self) -> &'static str {
@@ -50,6 +52,7 @@ impl Scenario {
             Self::Deletion => "deletion",
             Self::Shutdown => "shutdown",
             Self::TimersWrite => "timers-write",
+            Self::Handover => "handover",
         }
     }
 
@@ -69,6 +72,7 @@ impl Scenario {
             Self::Deletion => 4,
             Self::Shutdown => 5,
             Self::TimersWrite => 6,
+            Self::Handover => 8,
         }
     }
 
@@ -81,6 +85,8 @@ impl Scenario {
             Self::Startup | Self::Deletion | Self::TimersWrite => {
                 &[Arm::KopfRs, Arm::KopfPy, Arm::KubeLoop]
             }
+            // kopf has no leader election (its peering pauses, it does not hand over).
+            Self::Handover => &[Arm::KopfRs],
         }
     }
 
@@ -89,6 +95,7 @@ impl Scenario {
             Self::Timers | Self::Startup | Self::Deletion => Mode::Timers,
             Self::Daemons | Self::Shutdown => Mode::Daemons,
             Self::TimersWrite => Mode::TimersWrite,
+            Self::Handover => Mode::DaemonsHa,
         }
     }
 }
@@ -110,7 +117,7 @@ pub(crate) struct TrialOutput {
     pub(crate) lateness_ms: Vec<f64>,
 }
 
-fn secs_since(t0: u128, t1: u128) -> f64 {
+pub(crate) fn secs_since(t0: u128, t1: u128) -> f64 {
     #[allow(clippy::cast_precision_loss)]
     let s = t1.saturating_sub(t0) as f64 / 1e9;
     s
@@ -129,12 +136,12 @@ fn count_f(x: usize) -> f64 {
 }
 
 /// Time limit for the arm to bring `n` objects into shape (generous: only a safety net).
-fn settle_limit(n: usize) -> Duration {
+pub(crate) fn settle_limit(n: usize) -> Duration {
     Duration::from_secs(60 + (n as u64) / 10)
 }
 
 /// Polls the fire log (and the watch) until `done` holds; a note if the limit passes first.
-async fn settle(
+pub(crate) async fn settle(
     run: &mut Running,
     tail: &mut Tail,
     watch: Option<&Watch>,
@@ -180,6 +187,7 @@ pub(crate) async fn trial(
         Scenario::Startup => startup(ctx, n, arm, mode, dir).await,
         Scenario::Deletion => deletion(ctx, n, arm, mode, dir).await,
         Scenario::Shutdown => shutdown(ctx, n, arm, mode, dir).await,
+        Scenario::Handover => crate::handover::handover(ctx, n, arm, mode, dir).await,
     }
 }
 

@@ -322,12 +322,27 @@ impl Elector {
                 Some(Err(_)) => debug!("leader election: the Lease request timed out"),
             }
             self.check_validity();
+            let next = self.next_attempt(observed.as_ref());
             tokio::select! {
                 () = stop.cancelled() => return,
-                () = tokio::time::sleep(self.settings.retry_period) => {}
+                () = tokio::time::sleep_until(next) => {}
                 () = self.lapse() => {}
             }
             self.check_validity();
+        }
+    }
+
+    /// When to attempt next: after the retry period, or — for a standby waiting on another
+    /// holder — at the moment that holder's Lease expires on the local clock, if sooner (a crashed
+    /// leader is then replaced within a retry period of its last renewal plus the lease duration,
+    /// not one retry period later).
+    fn next_attempt(&self, observed: Option<&Observed>) -> Instant {
+        let now = Instant::now();
+        let retry = now + self.settings.retry_period;
+        match observed.map(|seen| seen.since + seen.record.duration) {
+            // Only a future expiry: one that passed already was attempted (and failed).
+            Some(expiry) if !self.leading() && expiry > now => retry.min(expiry),
+            _ => retry,
         }
     }
 
