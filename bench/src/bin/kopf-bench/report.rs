@@ -91,6 +91,7 @@ fn title(scenario: &str) -> &'static str {
         "timers-write" => "6. Timers that write their result to status",
         "inproc-timers" => "7a. In-process scale: timers (supervisor only)",
         "inproc-daemons" => "7b. In-process scale: daemons (supervisor only)",
+        "handover" => "8. Handover between elected replicas (N daemons, client-go timing)",
         _ => "other",
     }
 }
