@@ -23,6 +23,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use faults_common::*;
 use kopf_examples::crd::KopfExample;
 use kopf_runtime::{LeaderElection, LogFormat, Operator, Registry, Stopper, daemon};
+use kopf_tests::proxy::FaultProxy;
 use kopf_tests::{test_config, wait_until};
 use kube::ResourceExt as _;
 use process_common::{Child, Entry, append_line, read_log, run_tests};
@@ -30,6 +31,9 @@ use process_common::{Child, Entry, append_line, read_log, run_tests};
 const CHILD_ENV: &str = "KOPF_HA_CHILD_NAMESPACE";
 const LOG_ENV: &str = "KOPF_HA_CHILD_LOG";
 const IDENTITY_ENV: &str = "KOPF_HA_CHILD_IDENTITY";
+/// The URL of the fault proxy in front of the child, and a file with the proxy's CA (DER).
+const SERVER_ENV: &str = "KOPF_HA_CHILD_SERVER";
+const CA_ENV: &str = "KOPF_HA_CHILD_CA";
 const DAEMON: &str = "ha-daemon";
 const LEASE: &str = "kopf-tests-ha";
 const LEASE_DURATION: Duration = Duration::from_secs(2);
@@ -55,12 +59,29 @@ fn append(kind: &str, obj: &KopfExample) {
     append_line(Path::new(&path), &line);
 }
 
-/// Stops at once when asked (a 1 s grace period lets it log its stop before a cancellation).
-#[daemon(id = "ha-daemon", cancellation_backoff = "1s")]
-async fn ha_daemon(obj: Arc<KopfExample>, stopper: Stopper) {
+/// Stops at once when asked (a 5 s grace period lets it log its stop and write before a cancellation),
+/// then tries one last write through the operator's client, as a handler cleaning up would, and
+/// logs whether it was `written` or `fenced` (refused because the replica no longer leads).
+#[daemon(id = "ha-daemon", cancellation_backoff = "5s")]
+async fn ha_daemon(obj: Arc<KopfExample>, stopper: Stopper, client: kube::Client) {
     append("start", &obj);
     stopper.stopped().await;
     append("stop", &obj);
+    let ns = obj.metadata.namespace.clone().unwrap_or_default();
+    let api: kube::Api<KopfExample> = kube::Api::namespaced(client, &ns);
+    let patch = serde_json::json!({"metadata": {"labels": {"last-writer": std::process::id().to_string()}}});
+    let params = kube::api::PatchParams::default();
+    let outcome = match api
+        .patch(&obj.name_any(), &params, &kube::api::Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => "written",
+        Err(kube::Error::Service(e)) if e.downcast_ref::<kopf_runtime::Fenced>().is_some() => {
+            "fenced"
+        }
+        Err(_) => "failed",
+    };
+    append(outcome, &obj);
 }
 
 /// A replica: an elected operator for one namespace, until SIGTERM (or SIGKILL).
@@ -83,7 +104,7 @@ fn child(namespace: &str) -> ExitCode {
         Operator::builder()
             .name("kopf-tests")
             .log_format(LogFormat::Human)
-            .kube_config(test_config().await?)
+            .kube_config(proxied_config().await?)
             .namespaces([namespace])
             .registry(&registry)
             .leader_election(election)
@@ -99,6 +120,17 @@ fn child(namespace: &str) -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// The test server's configuration, pointed at the child's own fault proxy (which records every
+/// request the child sends).
+async fn proxied_config() -> anyhow::Result<kube::Config> {
+    let mut config = test_config().await?;
+    if let (Ok(server), Ok(ca)) = (std::env::var(SERVER_ENV), std::env::var(CA_ENV)) {
+        config.cluster_url = server.parse()?;
+        config.root_cert = Some(vec![std::fs::read(ca)?]);
+    }
+    Ok(config)
 }
 
 /// The overlap detector: in the log's order, a daemon runs from its start to its stop, or to
@@ -161,21 +193,36 @@ struct Replica {
     child: Child,
     pid: u32,
     output: PathBuf,
+    /// Every request of this replica passes it (and is recorded there).
+    proxy: FaultProxy,
+    started: std::time::Instant,
 }
 
 impl Replica {
     async fn spawn(namespace: &str, log: &Path, dir: &Path, n: usize) -> anyhow::Result<Self> {
         let output = dir.join(format!("replica-{n}.log"));
+        let proxy = FaultProxy::start(&test_config().await?).await?;
+        let proxied = proxy.config();
+        let ca = dir.join(format!("proxy-ca-{n}.der"));
+        let der = proxied.root_cert.as_ref().and_then(|certs| certs.first());
+        std::fs::write(
+            &ca,
+            der.ok_or_else(|| anyhow::anyhow!("the proxy has no CA"))?,
+        )?;
         let env = [
             (CHILD_ENV, OsString::from(namespace)),
             (LOG_ENV, log.as_os_str().to_owned()),
             (IDENTITY_ENV, OsString::from(format!("replica-{n}"))),
+            (SERVER_ENV, OsString::from(proxied.cluster_url.to_string())),
+            (CA_ENV, ca.into_os_string()),
         ];
         let child = Child::spawn(&env, &output)?;
         let replica = Self {
             pid: child.pid,
             child,
             output,
+            proxy,
+            started: std::time::Instant::now(),
         };
         // Signalled only once it runs (before, SIGTERM would end it with the default action).
         let what = format!("replica {n} to start (see {})", replica.output.display());
@@ -184,6 +231,22 @@ impl Replica {
         })
         .await;
         Ok(replica)
+    }
+
+    /// The requests of this replica that arrived at its proxy after `since`: `(reads, writes)`.
+    fn requests_after(&self, since: std::time::Instant) -> (usize, Vec<String>) {
+        let log = self.proxy.handle().log();
+        let after: Vec<_> = log.iter().filter(|r| r.at > since).collect();
+        let reads = after
+            .iter()
+            .filter(|r| r.method == http::Method::GET)
+            .count();
+        let writes = after
+            .iter()
+            .filter(|r| r.method != http::Method::GET)
+            .map(|r| format!("{} {}", r.method, r.path))
+            .collect();
+        (reads, writes)
     }
 
     fn said(&self, text: &str) -> bool {
@@ -311,6 +374,20 @@ impl Cluster {
         let code = self.leader.exit_code().await?;
         let output = self.leader.output.display().to_string();
         anyhow::ensure!(code == Some(0), "exit {code:?}: see {output}");
+        // A leader that exits gracefully still leads while its daemons stop: their last writes
+        // go through (the positive control of the fencing check in `freeze`), and its proxy saw
+        // them.
+        let pid = self.leader.pid;
+        let written = read_log(&self.log)
+            .iter()
+            .filter(|e| e.kind == "written" && e.pid == pid)
+            .count();
+        anyhow::ensure!(
+            written == self.names.len(),
+            "{written} last writes went through"
+        );
+        let (_, writes) = self.leader.requests_after(self.leader.started);
+        anyhow::ensure!(writes.len() >= written, "the proxy saw {writes:?}");
         let gap = self.taken_over(self.standby.pid, sent).await?;
         self.leader = std::mem::replace(&mut self.standby, newest);
         Ok(gap)
@@ -347,22 +424,36 @@ impl Cluster {
         let gap = self.taken_over(self.standby.pid, sent).await?;
         tokio::time::sleep(Duration::from_secs(1)).await;
         self.kill_line("thawed", self.leader.pid);
+        let thawed = std::time::Instant::now();
         self.leader.signal("-CONT").await?;
         let pid = self.leader.pid;
-        let what = format!("the thawed replica {pid} to stop its daemons");
+        let what = format!("the thawed replica {pid} to stop its daemons, its last writes refused");
         wait_until(what, PROMPTLY, || async {
             let entries = read_log(&self.log);
-            self.names.iter().all(|name| {
-                let last = entries
-                    .iter()
-                    .rev()
-                    .find(|e| &e.name == name && e.pid == pid);
-                last.is_none_or(|e| e.kind == "stop")
-            })
+            let from = entries
+                .iter()
+                .rposition(|e| e.kind == "thawed" && e.pid == pid)
+                .unwrap_or_default();
+            let mine: Vec<&Entry> = entries[from..].iter().filter(|e| e.pid == pid).collect();
+            let count = |kind: &str| mine.iter().filter(|e| e.kind == kind).count();
+            count("stop") == self.names.len() && count("fenced") == self.names.len()
         })
         .await;
         let stray = acted_after_thaw(&read_log(&self.log), pid);
         anyhow::ensure!(stray.is_empty(), "{stray:?}");
+        // Its proxy saw no write of it after the thaw; its reads (the Lease, the watches) are
+        // the positive control that the proxy records it.
+        wait_until(
+            "a read of the thawed replica at its proxy",
+            PROMPTLY,
+            || async { self.leader.requests_after(thawed).0 > 0 },
+        )
+        .await;
+        let (_, writes) = self.leader.requests_after(thawed);
+        anyhow::ensure!(
+            writes.is_empty(),
+            "writes of a deposed leader after its thaw: {writes:?}"
+        );
         std::mem::swap(&mut self.leader, &mut self.standby);
         Ok(gap)
     }
