@@ -196,6 +196,8 @@ struct Replica {
     /// Every request of this replica passes it (and is recorded there).
     proxy: FaultProxy,
     started: std::time::Instant,
+    /// Whether it has led (a replica that never led must never have written).
+    led: bool,
 }
 
 impl Replica {
@@ -223,6 +225,7 @@ impl Replica {
             output,
             proxy,
             started: std::time::Instant::now(),
+            led: false,
         };
         // Signalled only once it runs (before, SIGTERM would end it with the default action).
         let what = format!("replica {n} to start (see {})", replica.output.display());
@@ -247,6 +250,14 @@ impl Replica {
             .map(|r| format!("{} {}", r.method, r.path))
             .collect();
         (reads, writes)
+    }
+
+    /// A replica that never led sent no write at all (its reads are the positive control).
+    fn assert_wrote_nothing_unless_it_led(&self) -> anyhow::Result<()> {
+        let (reads, writes) = self.requests_after(self.started);
+        anyhow::ensure!(self.led || writes.is_empty(), "a standby wrote: {writes:?}");
+        anyhow::ensure!(reads > 0, "replica {} sent no request at all", self.pid);
+        Ok(())
     }
 
     fn said(&self, text: &str) -> bool {
@@ -334,7 +345,8 @@ impl Cluster {
         let dir = std::env::temp_dir().join(format!("kopf-ha-{}-{namespace}", std::process::id()));
         std::fs::create_dir_all(&dir)?;
         let log = dir.join("daemons.log");
-        let leader = Replica::spawn(namespace, &log, &dir, 0).await?;
+        let mut leader = Replica::spawn(namespace, &log, &dir, 0).await?;
+        leader.led = true;
         let names = create_many(api, "ha", n).await?;
         wait_started(&log, &names, leader.pid, 0).await;
         let standby = Replica::spawn(namespace, &log, &dir, 1).await?;
@@ -380,7 +392,7 @@ impl Cluster {
         let pid = self.leader.pid;
         let written = read_log(&self.log)
             .iter()
-            .filter(|e| e.kind == "written" && e.pid == pid)
+            .filter(|e| e.kind == "written" && e.pid == pid && e.at() >= sent)
             .count();
         anyhow::ensure!(
             written == self.names.len(),
@@ -390,6 +402,7 @@ impl Cluster {
         anyhow::ensure!(writes.len() >= written, "the proxy saw {writes:?}");
         let gap = self.taken_over(self.standby.pid, sent).await?;
         self.leader = std::mem::replace(&mut self.standby, newest);
+        self.leader.led = true;
         Ok(gap)
     }
 
@@ -402,11 +415,13 @@ impl Cluster {
         let gap = self.taken_over(self.standby.pid, sent).await?;
         let newest = self.spawn().await?;
         self.leader = std::mem::replace(&mut self.standby, newest);
+        self.leader.led = true;
         Ok(gap)
     }
 
     /// SIGKILL the standby and start another.
     async fn crash_standby(&mut self) -> anyhow::Result<()> {
+        self.standby.assert_wrote_nothing_unless_it_led()?;
         self.standby.signal("-KILL").await?;
         self.standby.wait_killed().await;
         self.kill_line("killed", self.standby.pid);
@@ -455,6 +470,7 @@ impl Cluster {
             "writes of a deposed leader after its thaw: {writes:?}"
         );
         std::mem::swap(&mut self.leader, &mut self.standby);
+        self.leader.led = true;
         Ok(gap)
     }
 
@@ -463,6 +479,7 @@ impl Cluster {
     async fn finish(self, api: &kube::Api<KopfExample>) -> anyhow::Result<usize> {
         delete_all(api, &self.names).await?;
         assert_gone(api, &self.names).await;
+        self.standby.assert_wrote_nothing_unless_it_led()?;
         for mut replica in [self.leader, self.standby] {
             replica.signal("-TERM").await?;
             let code = replica.exit_code().await?;
