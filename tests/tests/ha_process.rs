@@ -280,23 +280,37 @@ impl Replica {
 /// Waits until `pid` has started the daemon of every object in `names` after `since`; returns
 /// when the last of them started.
 async fn wait_started(log: &Path, names: &[String], pid: u32, since: u128) -> u128 {
-    let what = format!("replica {pid} to start the daemons of {names:?}");
+    wait_started_by_one_of(log, names, &[pid], since).await.1
+}
+
+/// Waits until one of `pids` has started the daemon of every object in `names` after `since`;
+/// returns that pid and when the last of them started.
+async fn wait_started_by_one_of(
+    log: &Path,
+    names: &[String],
+    pids: &[u32],
+    since: u128,
+) -> (u32, u128) {
+    let what = format!("one of {pids:?} to start the daemons of {names:?}");
     kopf_tests::wait_for(what, PROMPTLY, || async {
         let entries = read_log(log);
-        let starts: Vec<u128> = names
-            .iter()
-            .filter_map(|n| {
-                entries
-                    .iter()
-                    .find(|e| e.kind == "start" && &e.name == n && e.pid == pid && e.at() >= since)
-                    .map(Entry::at)
-            })
-            .collect();
-        if starts.len() == names.len() {
-            Ok(starts.into_iter().max().unwrap_or_default())
-        } else {
-            Err(format!("{} of {} started", starts.len(), names.len()))
-        }
+        let started_by = |pid: u32| -> Option<u128> {
+            let starts: Vec<u128> = names
+                .iter()
+                .filter_map(|n| {
+                    entries
+                        .iter()
+                        .find(|e| {
+                            e.kind == "start" && &e.name == n && e.pid == pid && e.at() >= since
+                        })
+                        .map(Entry::at)
+                })
+                .collect();
+            (starts.len() == names.len()).then(|| starts.into_iter().max().unwrap_or_default())
+        };
+        pids.iter()
+            .find_map(|pid| started_by(*pid).map(|at| (*pid, at)))
+            .ok_or_else(|| "not yet".to_owned())
     })
     .await
 }
@@ -400,8 +414,17 @@ impl Cluster {
         );
         let (_, writes) = self.leader.requests_after(self.leader.started);
         anyhow::ensure!(writes.len() >= written, "the proxy saw {writes:?}");
-        let gap = self.taken_over(self.standby.pid, sent).await?;
-        self.leader = std::mem::replace(&mut self.standby, newest);
+        // Either standby may win the released Lease: the old one or the newest.
+        let pids = [self.standby.pid, newest.pid];
+        let (winner, started) = wait_started_by_one_of(&self.log, &self.names, &pids, sent).await;
+        let gap = Duration::from_nanos(u64::try_from(started.saturating_sub(sent))?);
+        let old_standby = std::mem::replace(&mut self.standby, newest);
+        let next = if winner == old_standby.pid {
+            old_standby
+        } else {
+            std::mem::replace(&mut self.standby, old_standby)
+        };
+        self.leader = next;
         self.leader.led = true;
         Ok(gap)
     }
