@@ -24,6 +24,7 @@ use super::logging::{LogFormat, init_logging};
 use super::options::Options;
 use super::signals::Signals;
 use super::transport;
+use crate::core::clearance::Clearance;
 use crate::core::erased::ErasedHandler;
 use crate::core::resource::ResourceInfo;
 use crate::core::supervisor::{BlockingPool, SupervisorConfig};
@@ -454,7 +455,8 @@ impl OperatorBuilder {
             ),
             None => None,
         };
-        let shared = shared(&options, &identity, client, elector.is_some());
+        let clearance = elector.as_ref().map(|elector| elector.fence.clearance());
+        let shared = shared(&options, &identity, client, clearance);
         let mut kinds = Vec::new();
         let mut states = Vec::new();
         let mut watches = Vec::new();
@@ -567,7 +569,12 @@ impl Operator {
 }
 
 /// What every resource kind of the operator shares.
-fn shared(options: &Options, identity: &Identity, client: Client, elected: bool) -> Shared {
+fn shared(
+    options: &Options,
+    identity: &Identity,
+    client: Client,
+    clearance: Option<Clearance>,
+) -> Shared {
     let writes = Arc::new(Semaphore::new(options.max_writes_in_flight));
     let mut services = options.services.clone();
     services.insert(client.clone());
@@ -606,6 +613,6 @@ fn shared(options: &Options, identity: &Identity, client: Client, elected: bool)
             label_selector: options.label_selector.clone(),
         },
         watch_stop: CancellationToken::new(),
-        elected,
+        clearance,
     }
 }

@@ -192,6 +192,11 @@ impl Attempt {
     /// Runs the attempt to its end.
     pub(crate) async fn run(self, runner: &Runner) -> AttemptEnd {
         let attempt = self;
+        if let Some(clearance) = runner.inner.clearance.get()
+            && !clearance.wait(&runner.shared.stopper).await
+        {
+            return AttemptEnd::Stopped(Exit::Exited);
+        }
         if !runner.previous_thread_returned().await {
             return AttemptEnd::Stopped(Exit::Exited);
         }

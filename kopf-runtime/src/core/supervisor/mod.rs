@@ -27,7 +27,7 @@ mod timer;
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, AtomicUsize};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
@@ -37,6 +37,7 @@ pub use self::config::SupervisorConfig;
 pub use self::report::ShutdownReport;
 use self::state::{State, SupervisorCore};
 pub use self::stats::Stats;
+use crate::core::clearance::Clearance;
 use crate::core::effects::Effect;
 use crate::core::erased::{ErasedHandler, Services};
 use crate::core::object::ObjectState;
@@ -158,6 +159,7 @@ impl Supervisor {
             active: watch::Sender::new(0),
             force: CancellationToken::new(),
             needs_essence,
+            clearance: OnceLock::new(),
         };
         (
             Self {
@@ -313,6 +315,12 @@ impl Supervisor {
     /// ```
     pub fn resume(&self) {
         self.inner().set_paused(false);
+    }
+
+    /// From now on, every invocation starts only while `clearance` allows it, and otherwise
+    /// waits until it does or the instance is stopped (the first clearance set stays).
+    pub(crate) fn set_clearance(&self, clearance: Clearance) {
+        let _first = self.inner().clearance.set(clearance);
     }
 
     /// Stops everything for operator exit: every instance is stopped with `OPERATOR_EXITING`

@@ -2,7 +2,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::config::SupervisorConfig;
 use super::report::ShutdownPhase;
+use crate::core::clearance::Clearance;
 use crate::core::effects::Effect;
 use crate::core::erased::{ErasedHandler, Services};
 use crate::core::memo::ObjectMemo;
@@ -40,6 +41,8 @@ pub(crate) struct SupervisorCore {
     pub(crate) force: CancellationToken,
     /// Whether any handler is an `idle` timer (only then essences are computed).
     pub(crate) needs_essence: bool,
+    /// Until when invocations may start (no limit if unset).
+    pub(crate) clearance: OnceLock<Clearance>,
 }
 
 /// Mutable state, behind [`SupervisorCore::state`].

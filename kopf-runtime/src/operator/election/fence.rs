@@ -14,37 +14,53 @@
 //! clock rates (the same assumption client-go makes).
 
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use futures::future::BoxFuture;
 use http::{Method, Request};
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tower::{BoxError, Layer, Service};
 
-use crate::core::sync::lock;
+use crate::core::clearance::Clearance;
 
-/// Until when this replica may write.
-#[derive(Debug, Default)]
-pub(crate) struct Fence(Mutex<Option<Instant>>);
+/// Until when this replica may write, and start handler invocations (its supervisors'
+/// [`Clearance`] follows it).
+#[derive(Debug)]
+pub(crate) struct Fence(watch::Sender<Option<Instant>>);
+
+impl Default for Fence {
+    fn default() -> Self {
+        Self(watch::Sender::new(None))
+    }
+}
 
 impl Fence {
     /// Writes are allowed until `until` (an earlier deadline never replaces a later one).
     pub(crate) fn extend(&self, until: Instant) {
-        let mut valid = lock(&self.0);
-        if valid.is_none_or(|v| v < until) {
-            *valid = Some(until);
-        }
+        self.0.send_if_modified(|valid| {
+            let later = valid.is_none_or(|v| v < until);
+            if later {
+                *valid = Some(until);
+            }
+            later
+        });
     }
 
     /// Writes are refused from now on.
     pub(crate) fn close(&self) {
-        *lock(&self.0) = None;
+        self.0.send_replace(None);
     }
 
     /// Until when writes are allowed (`None`: not at all).
     pub(crate) fn valid_until(&self) -> Option<Instant> {
-        *lock(&self.0)
+        *self.0.borrow()
+    }
+
+    /// A clearance for a supervisor: invocations start only while writes are allowed.
+    pub(crate) fn clearance(&self) -> Clearance {
+        Clearance::new(self.0.subscribe())
     }
 
     /// Whether a write may be sent at `now`.

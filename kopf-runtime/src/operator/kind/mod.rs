@@ -28,6 +28,7 @@ use tracing::{debug, error, warn};
 use self::effects::Plan;
 use self::queue::{Job, Queues, RunJob};
 use self::watch::{Observer, Selection};
+use crate::core::clearance::Clearance;
 use crate::core::effects::Effect;
 use crate::core::erased::{ErasedHandler, Services};
 use crate::core::object::{ObjectRef, ObjectState};
@@ -65,8 +66,16 @@ pub(crate) struct Shared {
     pub(crate) selection: Selection,
     /// Cancelled when the operator stops watching.
     pub(crate) watch_stop: CancellationToken,
-    /// Leader election is on: kinds start standing by.
-    pub(crate) elected: bool,
+    /// With leader election: until when this replica may act. Kinds start standing by, and
+    /// their invocations start only within it.
+    pub(crate) clearance: Option<Clearance>,
+}
+
+impl Shared {
+    /// Whether leader election is on.
+    pub(crate) fn elected(&self) -> bool {
+        self.clearance.is_some()
+    }
 }
 
 /// Starts serving one kind: its supervisor, its effects loop and its watch. Returns the kind's
@@ -106,8 +115,9 @@ pub(crate) fn launch(
         ..shared.config.clone()
     };
     let (supervisor, mut effects) = Supervisor::new(handlers, services, config);
-    if shared.elected {
+    if let Some(clearance) = &shared.clearance {
         supervisor.pause(); // until this replica leads
+        supervisor.set_clearance(clearance.clone());
     }
     let state = Arc::new(KindState::new(info, supervisor, sink, shared));
     let (effects_state, effects_stop) = (state.clone(), state.queues.stopped());
@@ -157,9 +167,6 @@ pub(crate) struct KindState {
     events: Arc<EventPoster>,
     /// Whether another kopf operator's finalizer was seen (and warned about) already.
     foreign_seen: AtomicBool,
-    /// Whether this replica leads (always, without leader election): only then it posts Events
-    /// and writes outputs.
-    leading: AtomicBool,
 }
 
 impl KindState {
@@ -176,7 +183,7 @@ impl KindState {
             records.clone(),
             supervisor.clone(),
         );
-        finalizers.set_leading(!shared.elected);
+        finalizers.set_leading(!shared.elected());
         Self {
             queues: Arc::new(Queues::new(info.clone())),
             info,
@@ -186,12 +193,13 @@ impl KindState {
             sink,
             events: shared.poster.clone(),
             foreign_seen: AtomicBool::new(false),
-            leading: AtomicBool::new(!shared.elected),
         }
     }
 
+    /// Whether this replica leads (always, without leader election): only then it posts Events
+    /// and writes outputs and finalizers.
     fn leads(&self) -> bool {
-        self.leading.load(Ordering::SeqCst)
+        self.finalizers.leads()
     }
 
     fn enqueue(self: &Arc<Self>, uid: Arc<str>, job: Job) {
@@ -376,7 +384,6 @@ impl Follower for KindState {
     /// This replica leads now: handlers start as after a start-up, and every object's finalizer
     /// is brought to what its handlers need.
     fn lead(self: Arc<Self>) {
-        self.leading.store(true, Ordering::SeqCst);
         self.finalizers.set_leading(true);
         self.supervisor.resume();
         for uid in self.records.uids() {
@@ -387,7 +394,6 @@ impl Follower for KindState {
     /// This replica stands by: every handler stops (through its stop ladder, with the reason
     /// "operator paused"), nothing starts, and nothing is written.
     fn stand_by(&self) {
-        self.leading.store(false, Ordering::SeqCst);
         self.finalizers.set_leading(false);
         self.supervisor.pause();
     }

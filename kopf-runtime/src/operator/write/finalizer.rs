@@ -68,8 +68,13 @@ impl Finalizers {
         self.leading.store(leading, Ordering::SeqCst);
     }
 
+    /// Whether this replica leads (always, without leader election).
+    pub(crate) fn leads(&self) -> bool {
+        self.leading.load(Ordering::SeqCst)
+    }
+
     fn writes(&self) -> bool {
-        self.leading.load(Ordering::SeqCst) && !self.frozen.load(Ordering::SeqCst)
+        self.leads() && !self.frozen.load(Ordering::SeqCst)
     }
 
     /// The finalizer's name.
@@ -85,7 +90,7 @@ impl Finalizers {
     /// Whether every object's finalizer is as the supervisor needs it, or its update gave up
     /// (and is tried again later).
     pub(crate) fn settled(&self) -> bool {
-        if !self.leading.load(Ordering::SeqCst) {
+        if !self.leads() {
             return true; // the leader's job
         }
         self.records.uids().iter().all(|uid| {
@@ -149,6 +154,8 @@ impl Finalizers {
 
     async fn attempt(&self, uid: &Arc<str>) -> Next<(), (ObjectRef, kube::Error)> {
         if !self.writes() {
+            // A standby writes nothing, but forgets what is gone.
+            self.records.remove_if_gone(uid);
             return Next::Done(());
         }
         let Some((object, patch)) = self.step(uid) else {
