@@ -26,7 +26,8 @@
 //! # What is here
 //!
 //! - The static description of a handler: [`HandlerSpec`] with its [`HandlerKind`],
-//!   [`ErrorsMode`], [`TimerSchedule`], declarative [`Filters`] ([`MetaFilter`],
+//!   [`ErrorsMode`], [`TimerSchedule`] (a cron timer's [`CronSchedule`] and [`Missed`]),
+//!   declarative [`Filters`] ([`MetaFilter`],
 //!   [`FieldFilter`], [`ValueFilter`], [`JsonLiteral`]) and [`SourceLocation`].
 //! - Handlers: [`ErasedHandler`], what the supervisor runs; [`TypedHandler`] and [`erase`],
 //!   what the attributes generate; [`Registration`], one entry of the link-time
@@ -35,7 +36,8 @@
 //!   [`Services`], the object's [`ObjectMemo`]), and what it returns: a [`Call`] that yields an
 //!   [`Output`]; [`MatchError`] when filters cannot be evaluated.
 //! - Objects: [`ObjectState`], an object's snapshot, and [`ObjectError`].
-//! - The supervisor: [`Supervisor`], its [`SupervisorConfig`] and [`BlockingPool`], the
+//! - The supervisor: [`Supervisor`], its [`SupervisorConfig`] (with the [`WallClock`] cron
+//!   timers read) and [`BlockingPool`], the
 //!   [`Effect`]s it sends, its [`Stats`] and [`ShutdownReport`].
 //! - Writes from running handlers: [`PatchSink`], stored in the services as a
 //!   [`PatchSinkHandle`] (its errors are [`PatchError`](crate::PatchError)s, at the root, as
@@ -118,13 +120,16 @@
 //! }
 //! ```
 
+pub use crate::core::clock::WallClock;
 pub use crate::core::effects::Effect;
 pub use crate::core::erased::{Call, ErasedHandler, Invocation, MatchError, Output, Services};
 pub use crate::core::filter::{FieldFilter, Filters, JsonLiteral, MetaFilter, ValueFilter};
 pub use crate::core::memo::ObjectMemo;
 pub use crate::core::object::{ObjectError, ObjectState};
 pub use crate::core::sink::{PatchSink, PatchSinkHandle};
-pub use crate::core::spec::{ErrorsMode, HandlerKind, HandlerSpec, SourceLocation, TimerSchedule};
+pub use crate::core::spec::{
+    CronSchedule, ErrorsMode, HandlerKind, HandlerSpec, Missed, SourceLocation, TimerSchedule,
+};
 pub use crate::core::supervisor::{
     BlockingPool, ShutdownReport, Stats, Supervisor, SupervisorConfig,
 };

@@ -109,7 +109,7 @@
 //! - **The crate root** has what handler authors and `main` use: the attributes [`daemon`] and
 //!   [`timer`]; the injectable parameters ([`Stopper`] with its [`StopReason`], [`Patch`] (and
 //!   [`PatchError`]), [`Live`], [`Data`], [`Memo`], [`Events`], [`ObjectRef`], [`Retry`],
-//!   [`Started`], [`Runtime`]) and [`Inject`] / [`BlockingSafe`] to make your own types
+//!   [`Started`], [`Runtime`], a cron timer's [`Occurrence`]) and [`Inject`] / [`BlockingSafe`] to make your own types
 //!   injectable; return values and errors ([`HandlerResult`], [`HandlerError`], [`ErrorKind`]);
 //!   resources ([`StaticResource`], [`ResourceInfo`], [`SchemalessStatus`]); the handler set
 //!   ([`Registry`]); and running the operator ([`Operator`], [`OperatorBuilder`],
@@ -167,8 +167,8 @@ pub use crate::core::resource::ResourceInfo;
 pub use crate::core::sink::PatchError;
 pub use crate::core::stop::{StopReason, Stopper};
 pub use crate::handler::{
-    BlockingSafe, Data, Inject, Live, Memo, Patch, Registry, RegistryError, Retry, Runtime,
-    ScopeKind, Started, StaticResource,
+    BlockingSafe, Data, Inject, Live, Memo, Occurrence, Patch, Registry, RegistryError, Retry,
+    Runtime, ScopeKind, Started, StaticResource,
 };
 pub use crate::operator::{
     EventError, Events, Fenced, KindStats, LeaderElection, Leadership, LogFormat, LoggingError,

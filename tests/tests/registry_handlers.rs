@@ -146,6 +146,7 @@ fn invocation(
         services,
         span: tracing::Span::none(),
         memo: Arc::default(),
+        occurrence: None,
     };
     (invocation, tx)
 }

@@ -132,6 +132,8 @@ pub struct Invocation {
     pub span: tracing::Span,
     /// The object's memo, shared by its handlers (see [`ObjectMemo`](crate::engine::ObjectMemo)).
     pub memo: std::sync::Arc<crate::core::memo::ObjectMemo>,
+    /// A cron timer's occurrence this run is for (`None` for other handlers).
+    pub occurrence: Option<jiff::Timestamp>,
 }
 
 /// Why a handler's filters could not be evaluated for an object.

@@ -7,6 +7,8 @@
 //! which are at the crate root.
 
 pub(crate) mod clearance;
+pub(crate) mod clock;
+pub(crate) mod cron;
 pub(crate) mod effects;
 pub(crate) mod erased;
 pub(crate) mod filter;

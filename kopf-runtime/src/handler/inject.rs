@@ -43,7 +43,7 @@ use crate::core::stop::Stopper;
 /// # let (_tx, live) = tokio::sync::watch::channel(object.clone());
 /// # let invocation = Invocation { object, live, stopper: kopf_runtime::Stopper::new(),
 /// #     retry: 0, started: tokio::time::Instant::now(), services: Default::default(),
-/// #     span: tracing::Span::none(), memo: Default::default() };
+/// #     span: tracing::Span::none(), memo: Default::default(), occurrence: None };
 /// let Name(name) = <Name as Inject<()>>::inject(&invocation).unwrap();
 /// assert_eq!(name, "a");
 /// ```
@@ -121,6 +121,17 @@ pub struct Started(pub Instant);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Runtime(pub Duration);
 
+/// The occurrence a cron timer's run is for (`#[timer(cron = ...)]`): the wall-clock time the
+/// schedule named, also when the run starts later (jitter, a retry, or `missed = "run_once"`
+/// catching up). Only cron timers have one; another handler asking for it fails.
+///
+/// ```
+/// let occurrence = kopf_runtime::Occurrence("2026-12-02T03:00:00Z".parse().unwrap());
+/// assert_eq!(occurrence.0.to_string(), "2026-12-02T03:00:00Z");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Occurrence(pub jiff::Timestamp);
+
 /// Shared state of the operator, of type `T`, given to every handler that asks for it. Put
 /// the value into the operator's services (`services.insert(value)`); a handler asking for a
 /// type nobody inserted fails with an error naming it.
@@ -138,7 +149,7 @@ pub struct Runtime(pub Duration);
 /// # let (_tx, live) = tokio::sync::watch::channel(object.clone());
 /// # let invocation = Invocation { object, live, stopper: Stopper::new(), retry: 0,
 /// #     started: tokio::time::Instant::now(), services, span: tracing::Span::none(),
-/// #     memo: Default::default() };
+/// #     memo: Default::default(), occurrence: None };
 /// let settings = <Data<Settings> as Inject<()>>::inject(&invocation).unwrap();
 /// assert_eq!(settings.greeting, "hi");
 /// ```
@@ -239,6 +250,16 @@ impl<K> Inject<K> for Started {
     }
 }
 
+impl<K> Inject<K> for Occurrence {
+    fn inject(invocation: &Invocation) -> Result<Self, HandlerError> {
+        invocation.occurrence.map(Self).ok_or_else(|| {
+            HandlerError::permanent(
+                "only a cron timer (`#[timer(cron = ...)]`) has an `Occurrence`",
+            )
+        })
+    }
+}
+
 impl<K> Inject<K> for Runtime {
     fn inject(invocation: &Invocation) -> Result<Self, HandlerError> {
         Ok(Self(invocation.started.elapsed()))
@@ -275,6 +296,7 @@ impl<T: ?Sized> BlockingSafe for Data<T> {}
 impl BlockingSafe for Stopper {}
 impl BlockingSafe for ObjectRef {}
 impl BlockingSafe for Retry {}
+impl BlockingSafe for Occurrence {}
 impl BlockingSafe for Started {}
 impl BlockingSafe for Runtime {}
 impl BlockingSafe for kube::Client {}

@@ -11,7 +11,9 @@ mod registry;
 mod resource;
 mod typed;
 
-pub use inject::{BlockingSafe, Data, Inject, Retry, Runtime, Started, assert_blocking_safe};
+pub use inject::{
+    BlockingSafe, Data, Inject, Occurrence, Retry, Runtime, Started, assert_blocking_safe,
+};
 pub use live::Live;
 pub use memo::Memo;
 pub use patch::Patch;

@@ -117,6 +117,7 @@ mod tests {
             services: Services::default(),
             span: tracing::Span::none(),
             memo: Arc::default(),
+            occurrence: None,
         }
     }
 

@@ -53,6 +53,11 @@ impl Obj {
         self
     }
 
+    pub fn created(mut self, at: &str) -> Self {
+        self.body["metadata"]["creationTimestamp"] = json!(at);
+        self
+    }
+
     pub fn deleting(mut self) -> Self {
         self.body["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
         self

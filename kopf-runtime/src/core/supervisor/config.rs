@@ -4,6 +4,7 @@ use std::borrow::Cow;
 use std::time::Duration;
 
 use super::blocking::BlockingPool;
+use crate::core::clock::WallClock;
 
 /// Operator-wide options of a [`Supervisor`](super::Supervisor).
 ///
@@ -41,6 +42,9 @@ pub struct SupervisorConfig {
     /// The retry delay of handlers that set no `backoff` of their own (`None`: kopf's 60 s,
     /// `HandlerSpec::DEFAULT_BACKOFF`).
     pub default_backoff: Option<Duration>,
+    /// The wall clock cron timers read (default: the system's; tests give one that follows
+    /// tokio's paused clock).
+    pub wall_clock: WallClock,
 }
 
 impl SupervisorConfig {
@@ -58,6 +62,7 @@ impl Default for SupervisorConfig {
             annotation_prefix: Cow::Borrowed("kopf.dev/"),
             daemons_await_finalizer: false,
             default_backoff: None,
+            wall_clock: WallClock::system(),
         }
     }
 }

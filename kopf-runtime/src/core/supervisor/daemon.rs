@@ -24,7 +24,11 @@ pub(crate) async fn run(runner: &mut Runner) -> Exit {
     let started = Instant::now();
     let mut retry = 0;
     loop {
-        let attempt = Attempt { retry, started };
+        let attempt = Attempt {
+            retry,
+            started,
+            occurrence: None,
+        };
         let err = match attempt.run(runner).await {
             AttemptEnd::Stopped(exit) => return exit,
             AttemptEnd::Finished(Ok(output)) => {

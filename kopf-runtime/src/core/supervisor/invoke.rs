@@ -28,6 +28,8 @@ pub(crate) struct Attempt {
     pub(crate) retry: u32,
     /// When the cycle's first attempt started.
     pub(crate) started: Instant,
+    /// A cron timer's occurrence.
+    pub(crate) occurrence: Option<jiff::Timestamp>,
 }
 
 /// How an attempt ended.
@@ -225,6 +227,7 @@ impl Attempt {
             services: runner.inner.services.clone(),
             span: runner.span.clone(),
             memo: Arc::clone(&runner.memo),
+            occurrence: attempt.occurrence,
         };
         runner.inner.fires.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(

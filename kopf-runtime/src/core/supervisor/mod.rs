@@ -11,6 +11,7 @@
 
 mod blocking;
 mod config;
+mod cron;
 mod daemon;
 mod essence;
 mod invoke;

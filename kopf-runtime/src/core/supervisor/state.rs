@@ -235,6 +235,8 @@ pub(crate) struct Slot {
     /// The body fingerprint a `Skipped` effect was sent for.
     pub(crate) skipped: Option<u64>,
     pub(crate) run: Run,
+    /// A cron timer's last run occurrence in this process (the object's annotation may lag).
+    pub(crate) cron_last: Option<jiff::Timestamp>,
 }
 
 /// The lifecycle of a slot.

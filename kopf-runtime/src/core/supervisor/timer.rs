@@ -40,6 +40,9 @@ struct Position {
 
 /// Runs a timer instance to its end.
 pub(crate) async fn run(runner: &mut Runner) -> Exit {
+    if let Some(cron) = runner.spec.schedule.cron {
+        return super::cron::run(runner, cron).await;
+    }
     let schedule = &runner.spec.schedule;
     let one_shot = schedule.once || (schedule.interval.is_none() && schedule.idle.is_none());
     if let Some(delay) = runner.initial_delay()
@@ -156,7 +159,11 @@ async fn cycle(runner: &Runner, position: &mut Option<Position>) -> Cycle {
             last_start: start,
             changes,
         });
-        let attempt = Attempt { retry, started };
+        let attempt = Attempt {
+            retry,
+            started,
+            occurrence: None,
+        };
         let err = match attempt.run(runner).await {
             AttemptEnd::Stopped(exit) => return Cycle::Stopped(exit),
             AttemptEnd::Finished(Ok(output)) => {
