@@ -5,6 +5,7 @@
 
 mod args;
 mod codegen;
+mod cron;
 mod expand;
 mod model;
 mod signature;

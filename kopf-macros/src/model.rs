@@ -6,7 +6,7 @@ use std::time::Duration;
 use proc_macro2::Span;
 use syn::{Expr, Type};
 
-use crate::args::{ErrorsArg, MetaCondition, RawArgs, ValueArg};
+use crate::args::{ErrorsArg, MetaCondition, MissedArg, RawArgs, ValueArg};
 use crate::signature::Signature;
 use crate::validate;
 
@@ -49,14 +49,26 @@ pub(crate) enum Delay {
     Computed(Expr),
 }
 
-/// A timer's schedule (all empty for daemons).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// A timer's schedule (all empty for daemons). With `cron`, only `jitter` is set besides it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Schedule {
     pub(crate) interval: Option<Duration>,
     pub(crate) sharp: bool,
     pub(crate) idle: Option<Duration>,
     pub(crate) jitter: Option<Duration>,
     pub(crate) once: bool,
+    pub(crate) cron: Option<Cron>,
+}
+
+/// A wall-clock schedule: an expression that parses as the runtime parses it, and a time zone
+/// the runtime's bundled database knows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Cron {
+    /// As written.
+    pub(crate) expr: String,
+    /// As written, or `"UTC"`.
+    pub(crate) tz: String,
+    pub(crate) missed: MissedArg,
 }
 
 /// `field = "a.b"` with its condition (`present` when no `value` is given).

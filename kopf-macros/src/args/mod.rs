@@ -11,7 +11,7 @@ use proc_macro2::TokenStream;
 
 pub(crate) use duration::DurationArg;
 pub(crate) use filters::{MetaCondition, MetaFilters};
-pub(crate) use values::{Callable, CratePath, DelayArg, ErrorsArg, Literal, ValueArg};
+pub(crate) use values::{Callable, CratePath, DelayArg, ErrorsArg, Literal, MissedArg, ValueArg};
 
 use crate::model::Kind;
 
@@ -42,6 +42,9 @@ pub(crate) struct RawArgs {
     pub(crate) idle: Option<DurationArg>,
     pub(crate) jitter: Option<DurationArg>,
     pub(crate) once: Option<SpannedValue<bool>>,
+    pub(crate) cron: Option<SpannedValue<String>>,
+    pub(crate) tz: Option<SpannedValue<String>>,
+    pub(crate) missed: Option<SpannedValue<MissedArg>>,
     pub(crate) group: Option<SpannedValue<String>>,
     pub(crate) version: Option<SpannedValue<String>>,
     pub(crate) plural: Option<SpannedValue<String>>,
@@ -50,7 +53,9 @@ pub(crate) struct RawArgs {
 }
 
 /// Options only `#[timer]` accepts.
-pub(crate) const TIMER_ONLY: &[&str] = &["interval", "sharp", "idle", "jitter", "once"];
+pub(crate) const TIMER_ONLY: &[&str] = &[
+    "interval", "sharp", "idle", "jitter", "once", "cron", "tz", "missed",
+];
 /// Options only `#[daemon]` accepts.
 pub(crate) const DAEMON_ONLY: &[&str] = &["cancellation_polling"];
 

@@ -28,6 +28,28 @@ impl FromMeta for ErrorsArg {
     }
 }
 
+/// `missed = "skip" | "run_once"`: what a cron timer does about the occurrences it missed while
+/// no operator ran it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum MissedArg {
+    #[default]
+    Skip,
+    RunOnce,
+}
+
+impl FromMeta for MissedArg {
+    fn from_string(value: &str) -> darling::Result<Self> {
+        match value {
+            "skip" => Ok(Self::Skip),
+            "run_once" => Ok(Self::RunOnce),
+            other => Err(darling::Error::custom(format!(
+                "unknown `missed` value \"{other}\": write \"skip\" (wait for the next \
+                 occurrence) or \"run_once\" (run the latest missed occurrence once at start-up)"
+            ))),
+        }
+    }
+}
+
 /// A function given by path (or a non-capturing closure): `when = is_ready`.
 #[derive(Debug, Clone)]
 pub(crate) struct Callable(pub(crate) Expr);

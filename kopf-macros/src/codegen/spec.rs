@@ -6,8 +6,8 @@ use proc_macro2::{Literal, TokenStream};
 use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
 
-use crate::args::{ErrorsArg, Literal as JsonLit, MetaCondition, ValueArg};
-use crate::model::{Field, HandlerModel, Kind};
+use crate::args::{ErrorsArg, Literal as JsonLit, MetaCondition, MissedArg, ValueArg};
+use crate::model::{Cron, Field, HandlerModel, Kind};
 
 /// `::core::time::Duration::new(secs, nanos)`.
 pub(crate) fn duration(d: Duration) -> TokenStream {
@@ -155,13 +155,31 @@ pub(crate) fn spec(model: &HandlerModel) -> TokenStream {
     }
 }
 
+fn cron(krate: &syn::Path, cron: Option<&Cron>) -> TokenStream {
+    let Some(Cron { expr, tz, missed }) = cron else {
+        return quote!(::core::option::Option::None);
+    };
+    let missed = match missed {
+        MissedArg::Skip => quote!(#krate::engine::Missed::Skip),
+        MissedArg::RunOnce => quote!(#krate::engine::Missed::RunOnce),
+    };
+    quote! {
+        ::core::option::Option::Some(#krate::engine::CronSchedule {
+            expr: #expr,
+            tz: #tz,
+            missed: #missed,
+        })
+    }
+}
+
 fn schedule(model: &HandlerModel) -> TokenStream {
     let krate = &model.krate;
-    let s = model.schedule;
+    let s = &model.schedule;
     let interval = opt_duration(s.interval);
     let idle = opt_duration(s.idle);
     let jitter = opt_duration(s.jitter);
     let (sharp, once) = (s.sharp, s.once);
+    let cron = cron(krate, s.cron.as_ref());
     quote! {
         #krate::engine::TimerSchedule {
             interval: #interval,
@@ -169,6 +187,7 @@ fn schedule(model: &HandlerModel) -> TokenStream {
             idle: #idle,
             jitter: #jitter,
             once: #once,
+            cron: #cron,
             ..#krate::engine::HandlerSpec::new("", #krate::engine::HandlerKind::Timer).schedule
         }
     }
