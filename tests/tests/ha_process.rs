@@ -23,13 +23,16 @@ use tokio::signal::unix::{SignalKind, signal};
 use faults_common::*;
 use ha_cluster::*;
 use kopf_examples::crd::KopfExample;
-use kopf_runtime::{LeaderElection, LogFormat, Operator, Registry, Stopper, daemon, timer};
+use kopf_runtime::{
+    LeaderElection, LogFormat, Occurrence, Operator, Registry, Stopper, daemon, timer,
+};
 use kopf_tests::test_config;
 use kube::ResourceExt as _;
 use process_common::{Entry, append_line, run_tests};
 
 const DAEMON: &str = "ha-daemon";
 const TIMER: &str = "ha-timer";
+const CRON: &str = "ha-cron";
 
 fn append(kind: &str, obj: &KopfExample) {
     let Some(path) = std::env::var_os(LOG_ENV) else {
@@ -77,6 +80,21 @@ async fn ha_timer(obj: Arc<KopfExample>) {
     append("tick", &obj);
 }
 
+/// Logs every occurrence it runs (`cron <name> <uid> <pid> <occurrence>`): no occurrence may
+/// run twice across handovers.
+#[timer(id = "ha-cron", cron = "* * * * * *")]
+async fn ha_cron(obj: Arc<KopfExample>, occurrence: Occurrence) {
+    let Some(path) = std::env::var_os(LOG_ENV) else {
+        return;
+    };
+    let uid = obj.metadata.uid.clone().unwrap_or_default();
+    let (name, pid) = (obj.name_any(), std::process::id());
+    append_line(
+        Path::new(&path),
+        &format!("cron {name} {uid} {pid} {}", occurrence.0),
+    );
+}
+
 /// A replica: an elected operator for one namespace, until SIGTERM (or SIGKILL); meanwhile it
 /// rewrites its stats file every 200 ms.
 fn child(namespace: &str) -> ExitCode {
@@ -89,7 +107,7 @@ fn child(namespace: &str) -> ExitCode {
         }
     };
     let result: anyhow::Result<()> = runtime.block_on(async {
-        let registry = Registry::from_inventory()?.select(&[DAEMON, TIMER])?;
+        let registry = Registry::from_inventory()?.select(&[DAEMON, TIMER, CRON])?;
         let election = LeaderElection::new(LEASE, namespace)
             .lease_duration(LEASE_DURATION)
             .renew_deadline(Duration::from_millis(1500))
@@ -254,6 +272,15 @@ fn the_detector_finds_an_overlap_and_honours_kills() {
         entry("stop", 1, 3),
     ];
     assert_eq!(overlaps(&overlapping).len(), 1);
+    let cron = |pid, occurrence: &str| Entry {
+        kind: "cron".to_owned(),
+        detail: occurrence.to_owned(),
+        ..entry("cron", pid, 0)
+    };
+    let handed_over = [cron(1, "12:00:01"), cron(2, "12:00:02")];
+    assert!(cron_runs_twice(&handed_over).is_empty());
+    let again = [cron(1, "12:00:01"), cron(2, "12:00:01")];
+    assert_eq!(cron_runs_twice(&again).len(), 1);
 }
 
 fn main() -> ExitCode {

@@ -5,7 +5,7 @@
 //! for the same object UID.
 //!
 //! Lines of the shared log: `<kind> <name> <uid> <pid> <unix nanos>`, where the kind is `start`,
-//! `stop`, `tick`, `written`, `fenced`, `failed`, `killed`, `frozen` or `thawed` (`-` for the
+//! `stop`, `tick`, `cron`, `written`, `fenced`, `failed`, `killed`, `frozen` or `thawed` (`-` for the
 //! name and UID of the last three). Each replica also rewrites a stats file with its
 //! [`Operator::stats`](kopf_runtime::Operator::stats) every 200 ms (see [`Counts`]).
 #![allow(dead_code, unreachable_pub)]
@@ -83,6 +83,19 @@ pub fn overlaps(log: &[Entry]) -> Vec<String> {
         }
     }
     found
+}
+
+/// The cron occurrences (`cron` lines) that ran more than once for one object, across every
+/// replica.
+pub fn cron_runs_twice(log: &[Entry]) -> Vec<String> {
+    let mut seen: BTreeMap<(&str, &str), usize> = BTreeMap::new();
+    for entry in log.iter().filter(|e| e.kind == "cron") {
+        *seen.entry((&entry.uid, &entry.detail)).or_default() += 1;
+    }
+    seen.into_iter()
+        .filter(|(_, n)| *n > 1)
+        .map(|((uid, occurrence), n)| format!("{uid} {occurrence}: {n} runs"))
+        .collect()
 }
 
 /// Whether `pid`, after it thawed, did anything but stop the daemons it held: started a daemon
@@ -497,7 +510,7 @@ impl Cluster {
             objects: n,
             tracked: n,
             daemons: n,
-            timers: n,
+            timers: 2 * n, // an interval timer and a cron timer
         };
         self.leader.wait_counts(serving).await;
         delete_all(api, &self.names).await?;
@@ -515,6 +528,14 @@ impl Cluster {
         let found = overlaps(&entries);
         let log = self.log.display();
         anyhow::ensure!(found.is_empty(), "overlaps: {found:?} (log: {log})");
+        let cron_runs = entries.iter().filter(|e| e.kind == "cron").count();
+        anyhow::ensure!(cron_runs > 0, "no cron occurrence ran (log: {log})");
+        println!("{cron_runs} cron occurrences, none twice");
+        let twice = cron_runs_twice(&entries);
+        anyhow::ensure!(
+            twice.is_empty(),
+            "cron occurrences run twice: {twice:?} (log: {log})"
+        );
         // Kept for a look when anything above failed.
         std::fs::remove_dir_all(&self.dir)?;
         Ok(entries.iter().filter(|e| e.kind == "start").count())
