@@ -68,10 +68,20 @@ kt_check_port() {
 # kt_launch DIR NAME LOG CMD... -> starts CMD in its own session, detached from our stdio and from
 # the start lock (fd 9), appending to LOG; records its PID in DIR/NAME.pid.
 kt_launch() {
-  local dir=$1 name=$2 log=$3
+  local dir=$1 name=$2 log=$3 pid state i
   shift 3
   setsid "$@" </dev/null >>"$log" 2>&1 9>&- &
-  echo $! >"$dir/$name.pid"
+  pid=$!
+  echo "$pid" >"$dir/$name.pid"
+  # Until the child has exec'd its command, its command line is this shell's, and kt_alive would
+  # take the starting process for a dead one (a busy machine makes that window long): wait for
+  # the exec, or for the child's end.
+  for ((i = 0; i < 100; i++)); do
+    kt_alive "$dir" "$name" && return 0
+    state=$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | awk '{print $1}')
+    [ -n "$state" ] && [ "$state" != Z ] || return 0
+    sleep 0.05
+  done
 }
 
 # kt_curl DIR PATH -> GET https://127.0.0.1:<port>PATH with the admin token; prints the body.
