@@ -1,0 +1,425 @@
+//! # A daemon that owns a child object
+//!
+//! For every `KopfExample`, the `children` daemon owns one `ConfigMap` named `<parent>-config`
+//! in the parent's namespace and keeps it in line with the parent's spec for as long as it runs:
+//!
+//! ```yaml
+//! data:
+//!   field: "value"          # spec.field (absent when the spec has none)
+//!   items: "a\nb"           # spec.items, one per line (empty when there are none)
+//!   duration: "10s"         # spec.duration (absent when the spec has none)
+//! ```
+//!
+//! and mirrors what it does into the parent's `status.children` (with an `error` while reading or
+//! applying the child fails):
+//!
+//! ```json
+//! {"configMap": "demo-config", "restored": 2}
+//! ```
+//!
+//! It shows:
+//! - **server-side apply** of a child (`PatchParams::apply(FIELD_MANAGER).force()`): the daemon
+//!   declares the fields it owns under a field manager of its own, and `force` takes them back
+//!   from whoever edited them meanwhile (it is the authority on these keys; without `force`, a
+//!   hand edit would make every later apply fail with a conflict). Keys it no longer applies
+//!   (`duration` after `spec.duration` is removed) are removed by the API server; keys others add
+//!   are theirs and are left alone;
+//! - an **owner reference** to the parent (`controller: true`, `blockOwnerDeletion: true`): the
+//!   daemon never deletes the child. Deleting the parent lets the Kubernetes garbage collector
+//!   delete it — also when the operator is down, crashed, or its finalizer was stripped, which
+//!   a delete in the daemon could not survive. And a daemon is stopped for more than deletion
+//!   (the operator exiting or pausing, its filters no longer matching): the child's life follows
+//!   the parent's, not the daemon's. A child written by a request still in flight when the
+//!   parent went away names an owner that no longer exists, so the collector removes it too;
+//!   with `kubectl delete --cascade=foreground` the parent stays until the child is gone;
+//! - a daemon that waits on **`Live<K>` and its `Stopper` together**: a change of the parent's
+//!   spec re-applies the child at once (changes of its metadata or status do not);
+//! - **restoring the child** when someone deletes it or edits its data. The daemon checks it
+//!   every [`RECHECK_EVERY`] (5 s): one GET, compared with what it applied; an apply (counted in
+//!   `status.children.restored`) only when the child is missing or differs. A
+//!   `kube::runtime::watcher` on the child would restore it sooner, but a watch per object is one
+//!   long-lived request (an open connection) per parent for as long as the daemon runs — with
+//!   thousands of parents, thousands of watches on the API server — while a short GET every 5 s
+//!   holds nothing open. (At scale, one shared watch of all the children, by a label selector,
+//!   waking the daemons concerned is the better design; it is beyond this example.);
+//! - a daemon that **never fails**: an error reading or applying the child is logged with the
+//!   child and the parent named, written into `status.children.error`, and retried on the next
+//!   round; the status is written with `Patch::flush` while the daemon runs;
+//! - a prompt stop: every wait and every request is raced against the stop flag, and nothing is
+//!   awaited after it, so deleting the parent is not held up by the daemon (a dropped apply is
+//!   harmless: applying is idempotent).
+//!
+//! The restoration count starts from the parent's `status.children.restored`, so it survives an
+//! operator restart (a child deleted while the operator was down is re-created, but not counted).
+//!
+//! ## Run it
+//!
+//! ```text
+//! eval "$(tools/kube-testenv/start.sh)"   # or point KUBECONFIG at your cluster
+//! cargo run -p kopf-examples --bin children -- --namespace default --install-crd
+//! ```
+//!
+//! then create a `KopfExample` named `demo` in `default` with `spec.field` set, and read
+//! `kubectl get configmap demo-config -o yaml`; change `spec.field` and read it again; delete the
+//! ConfigMap, or edit its `data`, and see it back within 5 s (and `status.children.restored`
+//! count it); delete `demo` and see the ConfigMap go with it.
+//!
+//! ## RBAC
+//!
+//! Besides the rules of `kopf-examples/deploy/rbac.yaml` (the parents), the operator needs:
+//!
+//! ```yaml
+//! - apiGroups: [""]
+//!   resources: ["configmaps"]
+//!   # get: the periodic check; patch: server-side apply; create: an apply that creates the
+//!   # child is also authorized as a create
+//!   verbs: ["get", "create", "patch"]
+//! ```
+//!
+//! (and, on a cluster with the `OwnerReferencesPermissionEnforcement` admission plugin, `update`
+//! on `kopfexamples/finalizers` in `kopf.dev`, to set `blockOwnerDeletion`). `children` is not in
+//! the image that `kopf-examples/deploy/Dockerfile` builds, and `deploy/rbac.yaml` (checked by
+//! `tests/tests/rbac.rs`) has no rule for ConfigMaps: to deploy it, add the binary to the image
+//! and the rule above to the ClusterRole.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kopf_examples::crd::KopfExample;
+use kopf_runtime::{HandlerError, HandlerResult, Live, Patch, Stopper, daemon};
+use kube::Resource as _;
+use kube::api::{Api, ObjectMeta, PatchParams};
+use serde_json::json;
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+/// The field manager of the daemon's server-side applies.
+const FIELD_MANAGER: &str = "kopf-examples-children";
+/// How often the child is checked (and put back if it was deleted or edited).
+const RECHECK_EVERY: Duration = Duration::from_secs(5);
+/// The label the child carries, saying who manages it.
+const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", FIELD_MANAGER);
+
+/// The name of the child of the parent `parent`.
+fn child_name(parent: &str) -> String {
+    format!("{parent}-config")
+}
+
+/// The child as the parent's spec wants it.
+#[derive(Debug, Clone, PartialEq)]
+struct Desired {
+    namespace: String,
+    name: String,
+    owner: OwnerReference,
+    data: BTreeMap<String, String>,
+}
+
+impl Desired {
+    /// The child of `parent`; `None` for an object without a name, namespace or UID (never one
+    /// read from the API server).
+    fn of(parent: &KopfExample) -> Option<Self> {
+        let namespace = parent.metadata.namespace.clone()?;
+        let name = child_name(parent.metadata.name.as_deref()?);
+        parent.metadata.uid.as_ref()?;
+        let owner = OwnerReference {
+            block_owner_deletion: Some(true),
+            ..parent.controller_owner_ref(&())?
+        };
+        let spec = &parent.spec;
+        let mut data = BTreeMap::new();
+        if let Some(field) = &spec.field {
+            data.insert("field".to_owned(), field.clone());
+        }
+        data.insert("items".to_owned(), spec.items.join("\n"));
+        if let Some(duration) = &spec.duration {
+            data.insert("duration".to_owned(), duration.clone());
+        }
+        Some(Self {
+            namespace,
+            name,
+            owner,
+            data,
+        })
+    }
+
+    /// The manifest to apply: only the fields the daemon owns.
+    fn manifest(&self) -> ConfigMap {
+        ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(self.name.clone()),
+                namespace: Some(self.namespace.clone()),
+                labels: Some(BTreeMap::from([(
+                    MANAGED_BY.0.to_owned(),
+                    MANAGED_BY.1.to_owned(),
+                )])),
+                owner_references: Some(vec![self.owner.clone()]),
+                ..ObjectMeta::default()
+            },
+            data: Some(self.data.clone()),
+            ..ConfigMap::default()
+        }
+    }
+
+    /// Whether `current` has everything the daemon applies: its data keys with their values and
+    /// the owner reference. What others added is not the daemon's business.
+    fn is_met_by(&self, current: &ConfigMap) -> bool {
+        let data = current.data.as_ref();
+        let data_ok = self
+            .data
+            .iter()
+            .all(|(key, value)| data.and_then(|d| d.get(key)) == Some(value));
+        let owned = current.metadata.owner_references.iter().flatten().any(|r| {
+            r.uid == self.owner.uid
+                && r.controller == Some(true)
+                && r.block_owner_deletion == Some(true)
+        });
+        data_ok && owned
+    }
+}
+
+/// What a round found and did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Round {
+    /// The child was as applied: nothing to do.
+    InLine,
+    /// The child was applied because the spec changed (or for the first time).
+    Applied,
+    /// The child was missing and has been re-created.
+    RestoredDeleted,
+    /// The child had been edited and has been put back.
+    RestoredEdited,
+}
+
+/// The daemon's view of its child, and of what it reported in `status.children`.
+#[derive(Debug)]
+struct Child {
+    /// What was last applied successfully (`None` before the first apply).
+    applied: Option<Desired>,
+    restored: u64,
+    error: Option<String>,
+    /// Changed since the last flush.
+    dirty: bool,
+}
+
+impl Child {
+    /// A fresh view, counting restorations from those the parent's status already has.
+    fn resumed(parent: &KopfExample) -> Self {
+        let restored = parent
+            .status
+            .as_ref()
+            .and_then(|s| s.0.get("children"))
+            .and_then(|c| c.get("restored"))
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(0);
+        Self {
+            applied: None,
+            restored,
+            error: None,
+            dirty: true,
+        }
+    }
+
+    /// Makes the child match `want`: applies it when it is new or changed, else checks it and
+    /// puts it back if it was deleted or edited.
+    async fn converge(&mut self, api: &Api<ConfigMap>, want: &Desired) -> Result<Round, String> {
+        let round = if self.applied.as_ref() == Some(want) {
+            match api.get_opt(&want.name).await {
+                Ok(Some(current)) if want.is_met_by(&current) => return Ok(Round::InLine),
+                Ok(Some(_)) => Round::RestoredEdited,
+                Ok(None) => Round::RestoredDeleted,
+                Err(err) => return Err(format!("cannot read the ConfigMap: {err}")),
+            }
+        } else {
+            Round::Applied
+        };
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        api.patch(
+            &want.name,
+            &params,
+            &kube::api::Patch::Apply(&want.manifest()),
+        )
+        .await
+        .map_err(|err| format!("cannot apply the ConfigMap: {err}"))?;
+        self.applied = Some(want.clone());
+        Ok(round)
+    }
+
+    /// One round: converges, logs and records the outcome, and writes the status if it changed.
+    async fn reconcile(&mut self, api: &Api<ConfigMap>, want: &Desired, patch: &Patch) {
+        let child = format!("{}/{}", want.namespace, want.name);
+        let parent = &want.owner.name;
+        match self.converge(api, want).await {
+            Ok(round) => {
+                match round {
+                    Round::InLine => {}
+                    Round::Applied => info!(%child, %parent, "applied the ConfigMap"),
+                    Round::RestoredDeleted | Round::RestoredEdited => {
+                        self.restored += 1;
+                        self.dirty = true;
+                        let what = if round == Round::RestoredDeleted {
+                            "re-created the deleted ConfigMap"
+                        } else {
+                            "put back the edited ConfigMap"
+                        };
+                        info!(%child, %parent, restored = self.restored, "{what}");
+                    }
+                }
+                self.set_error(None);
+            }
+            Err(err) => {
+                warn!(%child, %parent, %err, "retrying in {RECHECK_EVERY:?}");
+                self.set_error(Some(err));
+            }
+        }
+        self.flush(patch, &want.name).await;
+    }
+
+    fn set_error(&mut self, error: Option<String>) {
+        if self.error != error {
+            self.error = error;
+            self.dirty = true;
+        }
+    }
+
+    /// Puts the summary into the patch as `status.children` (without sending it); a `null`
+    /// error removes the one written before (a merge patch).
+    fn stage(&self, patch: &Patch, name: &str) {
+        patch.status(
+            "children",
+            json!({ "configMap": name, "restored": self.restored, "error": self.error }),
+        );
+    }
+
+    /// Writes `status.children` now, if it changed.
+    async fn flush(&mut self, patch: &Patch, name: &str) {
+        if !self.dirty {
+            return;
+        }
+        self.stage(patch, name);
+        match patch.flush().await {
+            Ok(()) => self.dirty = false,
+            // Stays pending in the patch; the next flush (or the daemon's exit) retries it.
+            Err(err) => warn!(%err, "cannot write status.children yet"),
+        }
+    }
+}
+
+/// Owns the parent's `<name>-config` ConfigMap and keeps it in line until stopped.
+#[daemon(cancellation_timeout = "10s")]
+async fn children(
+    mut live: Live<KopfExample>,
+    stopper: Stopper,
+    patch: Patch,
+    client: kube::Client,
+) -> HandlerResult {
+    let parent = live.get();
+    let Some(mut want) = Desired::of(&parent) else {
+        return Err(HandlerError::permanent(
+            "the object has no name, namespace or UID",
+        ));
+    };
+    let api: Api<ConfigMap> = Api::namespaced(client, &want.namespace);
+    let mut child = Child::resumed(&parent);
+    let mut next_round = Instant::now(); // the first round at once
+    loop {
+        tokio::select! {
+            () = stopper.stopped() => break,
+            () = tokio::time::sleep_until(next_round) => {}
+            latest = live.changed() => {
+                // No more versions: the daemon is being stopped.
+                let Some(latest) = latest else { break };
+                match Desired::of(&latest) {
+                    // A new spec: re-apply at once.
+                    Some(latest) if latest != want => want = latest,
+                    // Only the metadata or the status changed (e.g. our own status write).
+                    _ => continue,
+                }
+            }
+        }
+        tokio::select! {
+            () = stopper.stopped() => break,
+            () = child.reconcile(&api, &want, &patch) => {}
+        }
+        next_round = Instant::now() + RECHECK_EVERY;
+    }
+    // No `.await` after the stop flag: what was not written yet is sent after the return.
+    if child.dirty {
+        child.stage(&patch, &want.name);
+    }
+    info!(reason = %stopper.reason(), restored = child.restored, "stopped owning the ConfigMap");
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    kopf_examples::cli::run().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kopf_examples::crd::KopfExampleSpec;
+
+    fn parent(spec: KopfExampleSpec) -> KopfExample {
+        let mut obj = KopfExample::new("demo", spec);
+        obj.metadata.namespace = Some("ns".to_owned());
+        obj.metadata.uid = Some("uid-1".to_owned());
+        obj
+    }
+
+    #[test]
+    fn the_child_reflects_the_spec_and_names_its_owner() {
+        let spec = KopfExampleSpec {
+            field: Some("value".to_owned()),
+            items: vec!["a".to_owned(), "b".to_owned()],
+            duration: None,
+        };
+        let want = Desired::of(&parent(spec)).expect("a complete parent");
+        assert_eq!(
+            (want.namespace.as_str(), want.name.as_str()),
+            ("ns", "demo-config")
+        );
+        assert_eq!(
+            want.data,
+            BTreeMap::from([
+                ("field".to_owned(), "value".to_owned()),
+                ("items".to_owned(), "a\nb".to_owned()),
+            ])
+        );
+        let manifest = serde_json::to_value(want.manifest()).expect("serializable");
+        assert_eq!(manifest["apiVersion"], "v1");
+        assert_eq!(manifest["kind"], "ConfigMap");
+        assert_eq!(
+            manifest["metadata"]["ownerReferences"],
+            json!([{
+                "apiVersion": "kopf.dev/v1", "kind": "KopfExample", "name": "demo",
+                "uid": "uid-1", "controller": true, "blockOwnerDeletion": true,
+            }])
+        );
+        assert!(Desired::of(&KopfExample::new("no-uid", KopfExampleSpec::default())).is_none());
+    }
+
+    #[test]
+    fn edits_of_owned_keys_and_lost_owners_are_drift_added_keys_are_not() {
+        let want = Desired::of(&parent(KopfExampleSpec {
+            field: Some("value".to_owned()),
+            ..KopfExampleSpec::default()
+        }))
+        .expect("a complete parent");
+        let mut current = want.manifest();
+        assert!(want.is_met_by(&current));
+        if let Some(data) = current.data.as_mut() {
+            data.insert("someone-else".to_owned(), "theirs".to_owned());
+        }
+        assert!(want.is_met_by(&current));
+        if let Some(data) = current.data.as_mut() {
+            data.insert("field".to_owned(), "tampered".to_owned());
+        }
+        assert!(!want.is_met_by(&current));
+        let mut orphaned = want.manifest();
+        orphaned.metadata.owner_references = None;
+        assert!(!want.is_met_by(&orphaned));
+    }
+}
