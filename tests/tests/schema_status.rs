@@ -9,6 +9,9 @@
 mod operator_common;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use k8s_openapi::api::core::v1::ConfigMap;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kopf_examples::crd::KopfExample;
@@ -44,6 +47,16 @@ async fn summarize(obj: Arc<quickstart::Backup>) -> HandlerResult<Value> {
 #[timer(id = "summarize-old", interval = "1s")]
 async fn summarize_old(obj: Arc<old::Backup>) -> HandlerResult<Value> {
     Ok(summary(&obj.spec.bucket))
+}
+
+/// How often `configmap_result` ran.
+static CONFIGMAP_RUNS: AtomicUsize = AtomicUsize::new(0);
+
+/// A result on a kind with no place for it: a ConfigMap has no `status`.
+#[timer(id = "configmap-result", interval = "1s", finalizer = false)]
+async fn configmap_result(_cm: Arc<ConfigMap>) -> HandlerResult<u32> {
+    CONFIGMAP_RUNS.fetch_add(1, Ordering::SeqCst);
+    Ok(1)
 }
 
 /// Both resources are `backups.example.com`: the tests take turns, and each installs its CRD
@@ -157,6 +170,8 @@ async fn the_quick_start_status_keeps_nested_results() -> anyhow::Result<()> {
     wait_stored::<quickstart::Backup>(&ns, "summarize", &summary("s3://x")).await;
     let warned = logs.lines_with("prune `status.summarize`");
     assert!(warned.is_empty(), "a false warning: {warned:?}");
+    let dropped = logs.lines_with("dropped `status.summarize`");
+    assert!(dropped.is_empty(), "a false warning: {dropped:?}");
 
     op.shutdown().await;
     ns.cleanup().await?;
@@ -220,6 +235,41 @@ async fn the_old_quick_start_status_prunes_nested_results_and_is_warned_about() 
     op.shutdown().await;
     ns.cleanup().await?;
     delete_backup_crd().await?;
+    Ok(())
+}
+
+/// A result the API server drops (a built-in kind without a status) is not lost silently: the
+/// operator warns, once per key, naming the resource and what to do.
+#[tokio::test]
+async fn a_result_the_server_drops_is_warned_about_once() -> anyhow::Result<()> {
+    let logs = Logs::installed();
+    let ns = TestNamespace::create().await?;
+    let configmaps: Api<ConfigMap> = Api::namespaced(client().await, ns.name());
+    let mut configmap = ConfigMap::default();
+    configmap.metadata.name = Some("plain".to_owned());
+    configmaps
+        .create(&PostParams::default(), &configmap)
+        .await?;
+    let op = operator(&ns, &["configmap-result"]).await?.start().await?;
+    let warning = "dropped `status.configmap-result`";
+    wait_until("a warning about the dropped result", PROMPTLY, || async {
+        !logs.lines_with(warning).is_empty()
+    })
+    .await;
+    // Three more runs, three more dropped results: still one warning.
+    let runs = CONFIGMAP_RUNS.load(Ordering::SeqCst);
+    wait_until("three more runs", PROMPTLY, || async {
+        CONFIGMAP_RUNS.load(Ordering::SeqCst) >= runs + 3
+    })
+    .await;
+    let warned = logs.lines_with(warning);
+    assert_eq!(warned.len(), 1, "warned once: {warned:?}");
+    assert!(
+        warned[0].contains("WARN") && warned[0].contains("configmaps"),
+        "{warned:?}"
+    );
+    op.shutdown().await;
+    ns.cleanup().await?;
     Ok(())
 }
 

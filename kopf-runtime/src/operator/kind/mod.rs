@@ -106,6 +106,7 @@ pub(crate) fn launch(
         writer: writer.clone(),
         status: Arc::new(StatusMode::default()),
         records: Arc::default(),
+        dropped: Arc::default(),
     };
     let mut services = shared.services.clone();
     services.insert(PatchSinkHandle(Arc::new(sink.clone())));

@@ -1,9 +1,10 @@
 //! The [`PatchSink`] of one resource kind: handlers' results and patches, written as
 //! UID-guarded merge patches through the write loop.
 
+use std::collections::HashSet;
 use std::ops::ControlFlow;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
 use serde_json::{Map, Value};
@@ -13,6 +14,7 @@ use super::records::{FinalizerView, Records};
 use super::{Failure, Next, Retrying, Writer, classify, describe};
 use crate::core::object::ObjectRef;
 use crate::core::sink::{PatchError, PatchSink};
+use crate::core::sync::lock;
 
 /// Whether the resource has a status subresource, as API discovery reported it (until then:
 /// no, so that `status` goes to the main resource).
@@ -82,6 +84,26 @@ pub(crate) struct KubePatchSink {
     pub(crate) writer: Writer,
     pub(crate) status: Arc<StatusMode>,
     pub(crate) records: Arc<Records>,
+    /// The `status` keys the API server was seen to drop (warned about once each).
+    pub(crate) dropped: Arc<Mutex<HashSet<String>>>,
+}
+
+/// The keys of `patch`'s `status` that `written` (the object as the API server returned it)
+/// does not have: the server dropped them, because the kind's status has a fixed schema (a
+/// built-in kind) or a schema that prunes them. A key patched to `null` is a deletion, not a
+/// drop.
+pub(crate) fn dropped_status_keys(patch: &Value, written: &Value) -> Vec<String> {
+    let Some(Value::Object(patched)) = patch.get("status") else {
+        return Vec::new();
+    };
+    let stored = written.get("status");
+    patched
+        .iter()
+        .filter(|(key, value)| {
+            !value.is_null() && stored.and_then(|s| s.get(key.as_str())).is_none()
+        })
+        .map(|(key, _)| key.clone())
+        .collect()
 }
 
 impl PatchSink for KubePatchSink {
@@ -121,6 +143,21 @@ impl KubePatchSink {
             self.write(object, &status, true).await?;
         }
         Ok(())
+    }
+
+    /// Warns, once per key and kind, when the API server dropped a `status` key of a patch: a
+    /// handler's result (`status.<id>`) that cannot be stored on this kind.
+    fn warn_if_dropped(&self, object: &ObjectRef, patch: &Value, written: &Value) {
+        for key in dropped_status_keys(patch, written) {
+            if lock(&self.dropped).insert(key.clone()) {
+                warn!(object = %object, resource = %self.writer.info, key = %key,
+                    "the API server dropped `status.{key}` from a patch: this kind's status has no \
+                     place for it (a built-in kind, or a schema that prunes it), so a handler \
+                     result stored there is lost; return nothing and write an annotation instead, \
+                     or give the resource's schema `x-kubernetes-preserve-unknown-fields` under \
+                     status (warned once per key)");
+            }
+        }
     }
 
     /// One part of a patch, retried. The main resource is guarded by `metadata.uid` in the
@@ -190,6 +227,7 @@ impl KubePatchSink {
             Ok(updated) => {
                 self.records
                     .update(&object.uid, FinalizerView::from_object(&updated));
+                self.warn_if_dropped(object, body, &updated.data);
                 return Next::Done(());
             }
             Err(err) => err,
@@ -233,6 +271,15 @@ fn gone(object: &ObjectRef) -> PatchError {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn finds_the_status_keys_the_server_dropped() {
+        let patch = json!({"status": {"kept": 1, "dropped": {"a": 1}, "deleted": null}});
+        let written = json!({"metadata": {}, "status": {"kept": 1}});
+        assert_eq!(dropped_status_keys(&patch, &written), ["dropped"]);
+        assert!(dropped_status_keys(&patch, &json!({})).contains(&"kept".to_owned()));
+        assert!(dropped_status_keys(&json!({"spec": {}}), &json!({})).is_empty());
+    }
 
     #[test]
     fn splits_status_into_the_subresource() {
