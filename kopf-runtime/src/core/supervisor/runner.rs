@@ -16,7 +16,7 @@ use crate::core::erased::{ErasedHandler, Output};
 use crate::core::memo::ObjectMemo;
 use crate::core::object::{ObjectRef, ObjectState};
 use crate::core::outcome::HandlerError;
-use crate::core::spec::HandlerSpec;
+use crate::core::spec::{HandlerKind, HandlerSpec};
 
 /// The context of one instance's task.
 pub(crate) struct Runner {
@@ -175,6 +175,11 @@ impl Runner {
             Verdict::Retry { delay } if !self.stopping() => {
                 tracing::error!(%object, handler, "{} failed, retrying in {delay:?}: {message}", self.kind());
                 true
+            }
+            Verdict::Exhausted if self.spec.kind == HandlerKind::Timer => {
+                tracing::error!(%object, handler,
+                    "timer failed, retries exhausted: this cycle is over, the next runs on schedule: {message}");
+                false
             }
             Verdict::Retry { .. } | Verdict::Exhausted | Verdict::Permanent => {
                 tracing::error!(%object, handler, "{} failed for good ({verdict:?}): {message}", self.kind());
