@@ -160,6 +160,8 @@ pub mod engine;
 mod handler;
 mod operator;
 mod status;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use crate::core::object::ObjectRef;
 pub use crate::core::outcome::{BoxError, ErrorKind, HandlerError, HandlerResult};
