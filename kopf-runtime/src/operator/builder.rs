@@ -383,6 +383,16 @@ impl OperatorBuilder {
         self
     }
 
+    /// Sends a copy of every handler effect to `outcomes` (for `testing::LiveOperator`).
+    #[cfg(feature = "testing")]
+    pub(crate) fn outcomes(
+        mut self,
+        outcomes: tokio::sync::broadcast::Sender<crate::core::effects::Effect>,
+    ) -> Self {
+        self.options.outcomes = Some(outcomes);
+        self
+    }
+
     /// Starts the operator in the background and returns its handle.
     ///
     /// # Errors
@@ -614,5 +624,6 @@ fn shared(
         },
         watch_stop: CancellationToken::new(),
         clearance,
+        outcomes: options.outcomes.clone(),
     }
 }

@@ -40,6 +40,8 @@ pub(crate) struct Options {
     pub(crate) log_format: Option<LogFormat>,
     pub(crate) error_causes_in_events: bool,
     pub(crate) leader_election: Option<LeaderElection>,
+    /// Where a copy of every handler effect goes (`testing::LiveOperator`'s outcomes).
+    pub(crate) outcomes: Option<tokio::sync::broadcast::Sender<crate::core::effects::Effect>>,
 }
 
 impl std::fmt::Debug for Options {
@@ -85,6 +87,7 @@ impl Default for Options {
             log_format: None,
             error_causes_in_events: false,
             leader_election: None,
+            outcomes: None,
         }
     }
 }

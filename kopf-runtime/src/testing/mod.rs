@@ -14,9 +14,14 @@
 //!
 //! What the simulation does not have: a `kube::Client` or [`Events`](crate::Events) to inject
 //! (a handler asking for them fails, and its failure names the missing type), admission, schema
-//! pruning, and other controllers. Test those against a real API server (`docs/testing.md`).
+//! pruning, and other controllers. Test those against a real API server: [`LiveOperator`] runs
+//! the real operator in a test, fails at once if it cannot serve a kind, and gives its handlers'
+//! outcomes as a stream to wait on.
 
+mod live;
 mod world;
+
+pub use self::live::{LiveOperator, Outcome, START_TIMEOUT, StartError};
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

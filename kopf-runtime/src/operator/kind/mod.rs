@@ -66,6 +66,8 @@ pub(crate) struct Shared {
     pub(crate) selection: Selection,
     /// Cancelled when the operator stops watching.
     pub(crate) watch_stop: CancellationToken,
+    /// Where a copy of every effect goes, if anywhere (tests).
+    pub(crate) outcomes: Option<tokio::sync::broadcast::Sender<Effect>>,
     /// With leader election: until when this replica may act. Kinds start standing by, and
     /// their invocations start only within it.
     pub(crate) clearance: Option<Clearance>,
@@ -122,8 +124,12 @@ pub(crate) fn launch(
     }
     let state = Arc::new(KindState::new(info, supervisor, sink, shared));
     let (effects_state, effects_stop) = (state.clone(), state.queues.stopped());
+    let outcomes = shared.outcomes.clone();
     tokio::spawn(async move {
         while let Some(Some(effect)) = effects_stop.run_until_cancelled(effects.recv()).await {
+            if let Some(outcomes) = &outcomes {
+                let _no_receiver_is_fine = outcomes.send(effect.clone());
+            }
             effects_state.effect(effect);
         }
     });
