@@ -11,7 +11,7 @@ mod events;
 mod handle;
 mod health;
 mod identity;
-mod kind;
+pub(crate) mod kind;
 mod limits;
 mod logging;
 pub(crate) mod options;

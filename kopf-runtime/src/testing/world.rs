@@ -16,6 +16,7 @@ use crate::core::resource::ResourceInfo;
 use crate::core::sink::{PatchError, PatchSink};
 use crate::core::supervisor::Supervisor;
 use crate::core::sync::lock;
+use crate::operator::kind::effects::output_patch;
 
 /// One object and its kind.
 struct Stored {
@@ -238,12 +239,15 @@ impl Sink {
                     result,
                     patch,
                 } => {
-                    let mut merged = patch.unwrap_or_else(|| json!({}));
-                    if let Some(result) = result.filter(|r| !r.is_null()) {
+                    if let Some(result) = &result {
                         world.results.push((handler.to_owned(), result.clone()));
-                        json_patch::merge(&mut merged, &json!({"status": {handler: result}}));
                     }
-                    world.patch(&object.uid, &merged);
+                    // The patch the operator would write (a patch that is not a JSON object is
+                    // ignored there too).
+                    let (merged, _rejected) = output_patch(handler, result, patch);
+                    if !merged.is_empty() {
+                        world.patch(&object.uid, &Value::Object(merged));
+                    }
                 }
                 Effect::Failure {
                     handler, message, ..

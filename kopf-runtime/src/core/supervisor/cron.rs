@@ -240,22 +240,10 @@ fn recorded(mut output: Output, key: &str, occurrence: Timestamp) -> Output {
     let record = serde_json::json!({"metadata": {"annotations": {key: occurrence.to_string()}}});
     match &mut output.patch {
         None => output.patch = Some(record),
-        Some(patch @ Value::Object(_)) => merge(patch, record),
+        Some(patch @ Value::Object(_)) => json_patch::merge(patch, &record),
         // Not a merge patch the sink can apply: kept as it is (the sink reports it); the
         // occurrence is recorded with the next one.
         Some(_) => {}
     }
     output
-}
-
-/// A JSON merge of `from` into `into` (objects key by key; anything else replaces).
-fn merge(into: &mut Value, from: Value) {
-    match (into, from) {
-        (Value::Object(into), Value::Object(from)) => {
-            for (key, value) in from {
-                merge(into.entry(key).or_insert(Value::Null), value);
-            }
-        }
-        (into, from) => *into = from,
-    }
 }
