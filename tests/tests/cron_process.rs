@@ -28,7 +28,7 @@ use kopf_examples::crd::KopfExample;
 use kopf_runtime::{LogFormat, Occurrence, Operator, Registry, timer};
 use kopf_tests::test_config;
 use kube::ResourceExt as _;
-use process_common::{Child, Entry, append_line, read_log, run_tests};
+use process_common::{Child, Entry, append_line, read_log, run_child, run_tests};
 
 const CHILD_ENV: &str = "KOPF_CRON_CHILD_NAMESPACE";
 const LOG_ENV: &str = "KOPF_CRON_CHILD_LOG";
@@ -63,14 +63,7 @@ async fn cron_once(obj: Arc<KopfExample>, occurrence: Occurrence) {
 
 /// The child: an operator for one namespace, until SIGKILL (or SIGTERM).
 fn child(namespace: String) -> ExitCode {
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(runtime) => runtime,
-        Err(err) => {
-            eprintln!("child: no runtime: {err}");
-            return ExitCode::from(3);
-        }
-    };
-    let result: anyhow::Result<()> = runtime.block_on(async {
+    run_child(async {
         let registry = Registry::from_inventory()?.select(&[SKIP, ONCE])?;
         Operator::builder()
             .name("kopf-tests")
@@ -81,14 +74,7 @@ fn child(namespace: String) -> ExitCode {
             .run()
             .await?;
         Ok(())
-    });
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(err) => {
-            eprintln!("child: {err:#}");
-            ExitCode::from(2)
-        }
-    }
+    })
 }
 
 /// The wall clock, in milliseconds since the epoch.

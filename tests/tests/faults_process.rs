@@ -25,7 +25,7 @@ use kopf_runtime::{LogFormat, Operator, Registry, Stopper, daemon, timer};
 use kopf_tests::{test_config, wait_until};
 use kube::ResourceExt as _;
 use kube::api::{DeleteParams, PostParams};
-use process_common::{Child, Entry, Test, append_line, read_log, run_tests};
+use process_common::{Child, Entry, Test, append_line, read_log, run_child, run_tests};
 
 const CHILD_ENV: &str = "KOPF_FAULTS_CHILD_NAMESPACE";
 /// Set in the child: build the client from the environment (`KUBECONFIG`), as a user's `main`
@@ -81,14 +81,7 @@ async fn fp_timer(obj: Arc<KopfExample>) -> Result<u32, std::io::Error> {
 
 /// The child: an operator for one namespace, until SIGTERM (or SIGKILL).
 fn child(namespace: String) -> ExitCode {
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(runtime) => runtime,
-        Err(err) => {
-            eprintln!("child: no runtime: {err}");
-            return ExitCode::from(3);
-        }
-    };
-    let result: anyhow::Result<()> = runtime.block_on(async {
+    run_child(async {
         let registry = Registry::from_inventory()?.select(&[DAEMON, TIMER])?;
         let mut builder = Operator::builder()
             .name("kopf-tests")
@@ -103,14 +96,7 @@ fn child(namespace: String) -> ExitCode {
             .run()
             .await?;
         Ok(())
-    });
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(err) => {
-            eprintln!("child: {err:#}");
-            ExitCode::from(2)
-        }
-    }
+    })
 }
 
 fn count(log: &[Entry], kind: &str, name: &str, pid: u32) -> usize {

@@ -28,7 +28,7 @@ use kopf_runtime::{
 };
 use kopf_tests::test_config;
 use kube::ResourceExt as _;
-use process_common::{Entry, append_line, run_tests};
+use process_common::{Entry, append_line, run_child, run_tests};
 
 const DAEMON: &str = "ha-daemon";
 const TIMER: &str = "ha-timer";
@@ -99,14 +99,7 @@ async fn ha_cron(obj: Arc<KopfExample>, occurrence: Occurrence) {
 /// rewrites its stats file every 200 ms.
 fn child(namespace: &str) -> ExitCode {
     let identity = std::env::var(IDENTITY_ENV).unwrap_or_else(|_| "ha-child".to_owned());
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(runtime) => runtime,
-        Err(err) => {
-            eprintln!("child: no runtime: {err}");
-            return ExitCode::from(3);
-        }
-    };
-    let result: anyhow::Result<()> = runtime.block_on(async {
+    run_child(async {
         let registry = Registry::from_inventory()?.select(&[DAEMON, TIMER, CRON])?;
         let election = LeaderElection::new(LEASE, namespace)
             .lease_duration(LEASE_DURATION)
@@ -138,14 +131,7 @@ fn child(namespace: &str) -> ExitCode {
         }
         operator.shutdown().await;
         Ok(())
-    });
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(err) => {
-            eprintln!("child: {err:#}");
-            ExitCode::from(2)
-        }
-    }
+    })
 }
 
 /// The test server's configuration, pointed at the child's own fault proxy (which records every

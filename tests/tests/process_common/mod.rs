@@ -58,6 +58,25 @@ pub fn run_tests(tests: &[(&str, Test)]) -> ExitCode {
     }
 }
 
+/// Runs a child's `main` on a fresh runtime: exit 0 when it returns `Ok`, 2 (with the error on
+/// stderr) when it fails, 3 when no runtime can be built.
+pub fn run_child(main: impl Future<Output = anyhow::Result<()>>) -> ExitCode {
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("child: no runtime: {err}");
+            return ExitCode::from(3);
+        }
+    };
+    match runtime.block_on(main) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("child: {err:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 /// Appends one line to the log at `path`: one write in append mode, so that lines of
 /// concurrent handlers and processes never interleave.
 pub fn append_line(path: &Path, line: &str) {
