@@ -13,6 +13,8 @@
 #        KUBE_TESTENV_WIPE_ON_OWNER_EXIT  if set (with the above), the watchdog also deletes STATE_DIR
 #        KUBE_TESTENV_READY_TIMEOUT seconds to wait for readiness (default 120)
 #        KUBE_APISERVER_EXTRA_ARGS  extra kube-apiserver flags, whitespace-separated (e.g. audit logging)
+#        KUBE_TESTENV_FEATURE_GATES kube-apiserver feature gates, e.g. ShardedListAndWatch=true (the
+#                   alpha shardSelector on list and watch, used by sharded operators); default none
 #
 # Idempotent per state directory: if the processes recorded there run and the server answers, it
 # is reused as is. Another state directory with other ports is an independent server.
@@ -146,6 +148,9 @@ ENV
     --disable-admission-plugins=ServiceAccount \
     --cert-dir="$p" --profiling=false \
     --shutdown-send-retry-after=true >"$DIR/apiserver.args"
+  if [ -n "${KUBE_TESTENV_FEATURE_GATES:-}" ]; then
+    printf '%s\n' "--feature-gates=$KUBE_TESTENV_FEATURE_GATES" >>"$DIR/apiserver.args"
+  fi
   # Extra kube-apiserver flags, split at whitespace (bench/run passes its audit-log flags here).
   if [ -n "${KUBE_APISERVER_EXTRA_ARGS:-}" ]; then
     # shellcheck disable=SC2086 # split on purpose
