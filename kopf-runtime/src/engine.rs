@@ -131,6 +131,6 @@ pub use crate::core::spec::{
     CronSchedule, ErrorsMode, HandlerKind, HandlerSpec, Missed, SourceLocation, TimerSchedule,
 };
 pub use crate::core::supervisor::{
-    BlockingPool, ShutdownReport, Stats, Supervisor, SupervisorConfig,
+    BlockingPool, InScope, ShutdownReport, Stats, Supervisor, SupervisorConfig,
 };
 pub use crate::handler::{Registration, TypedHandler, erase};

@@ -174,8 +174,8 @@ pub use crate::handler::{
 };
 pub use crate::operator::{
     EventError, Events, Fenced, KindStats, LeaderElection, Leadership, LogFormat, LoggingError,
-    Operator, OperatorBuilder, OperatorError, OperatorStats, RequestStats, Role, WatchPhase,
-    init_logging,
+    Membership, Operator, OperatorBuilder, OperatorError, OperatorStats, RequestStats, Role,
+    SHARD_RANGES, ShardWatch, Sharding, WatchPhase, init_logging, shard_of,
 };
 pub use crate::status::SchemalessStatus;
 pub use kopf_macros::{daemon, timer};

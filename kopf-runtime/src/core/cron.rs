@@ -74,9 +74,7 @@ pub(crate) fn record_key(prefix: &str, id: &str) -> String {
         format!("{id}{SUFFIX}")
     } else {
         // FNV-1a: stable across builds and Rust versions (the key outlives the process).
-        let hash = id.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-        });
+        let hash = crate::core::hash::fnv64(id.as_bytes());
         let keep = MAX - SUFFIX.len() - 17;
         let head: String = id.chars().take(keep).collect();
         format!("{head}-{hash:016x}{SUFFIX}")

@@ -12,6 +12,7 @@ pub(crate) mod cron;
 pub(crate) mod effects;
 pub(crate) mod erased;
 pub(crate) mod filter;
+pub(crate) mod hash;
 pub(crate) mod memo;
 pub(crate) mod object;
 pub(crate) mod outcome;

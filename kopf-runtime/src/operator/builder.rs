@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
 use super::election::fence::Fence;
-use super::election::{Elector, Follower, LeaderElection, follow, warn_slow_daemons};
+use super::election::{LeaderElection, warn_slow_daemons};
 use super::error::OperatorError;
 use super::events::EventPoster;
 use super::handle::{KindHandle, Operator};
@@ -22,9 +22,11 @@ use super::kind::watch::Selection;
 use super::kind::{self, Shared};
 use super::logging::{LogFormat, init_logging};
 use super::options::Options;
+use super::replicas::Replicas;
+use super::scope::Follower;
+use super::shard::Sharding;
 use super::signals::Signals;
 use super::transport;
-use crate::core::clearance::Clearance;
 use crate::core::erased::ErasedHandler;
 use crate::core::resource::ResourceInfo;
 use crate::core::supervisor::{BlockingPool, SupervisorConfig};
@@ -383,6 +385,26 @@ impl OperatorBuilder {
         self
     }
 
+    /// Runs as one member of a sharded group: the objects of every served kind are spread over
+    /// the group's live members by the hash of their UID, and each member runs the handlers of
+    /// its share only. A share moves to another member only after its holder stopped every
+    /// handler in it (or its Lease expired), so no daemon ever runs twice; finalizers, results
+    /// and Events are written by the holder only. With an API server that supports
+    /// `shardSelector`, each member watches only its share. Not combined with
+    /// [`leader_election`](Self::leader_election); needs a client the operator builds itself.
+    /// See `docs/high-availability.md`.
+    ///
+    /// ```
+    /// use kopf_runtime::Sharding;
+    /// let builder = kopf_runtime::Operator::builder()
+    ///     .sharding(Sharding::new("my-operator", "operators"));
+    /// # drop(builder);
+    /// ```
+    pub fn sharding(mut self, sharding: Sharding) -> Self {
+        self.options.sharding = Some(sharding);
+        self
+    }
+
     /// Sends a copy of every handler effect to `outcomes` (for `testing::LiveOperator`).
     #[cfg(feature = "testing")]
     pub(crate) fn outcomes(
@@ -419,13 +441,12 @@ impl OperatorBuilder {
             let _already_installed = init_logging(format);
         }
         let handlers = options.take_handlers()?;
-        if let Some(election) = &options.leader_election {
-            warn_slow_daemons(election, handlers.values().flatten().map(|h| h.spec()));
+        let lease_settings =
+            (options.leader_election.as_ref()).or(options.sharding.as_ref().map(|s| &s.lease));
+        if let Some(settings) = lease_settings {
+            warn_slow_daemons(settings, handlers.values().flatten().map(|h| h.spec()));
         }
-        let fence = options
-            .leader_election
-            .as_ref()
-            .map(|_| Arc::new(Fence::default()));
+        let fence = lease_settings.map(|_| Arc::new(Fence::default()));
         let (client, limiter, lease_client) = match options.client.take() {
             Some(client) => (client.clone(), None, client),
             None => {
@@ -435,12 +456,12 @@ impl OperatorBuilder {
                 (clients.client, Some(clients.limiter), clients.lease)
             }
         };
-        let elector = match (options.leader_election.take(), fence) {
-            (Some(election), Some(fence)) => {
-                Some(Arc::new(Elector::new(election, lease_client, fence)))
-            }
-            _ => None,
-        };
+        let replicas = Replicas::new(
+            options.leader_election.take(),
+            options.sharding.take(),
+            lease_client,
+            fence,
+        );
         let planned: Vec<_> = handlers
             .into_iter()
             .map(|(info, handlers)| {
@@ -465,8 +486,7 @@ impl OperatorBuilder {
             ),
             None => None,
         };
-        let clearance = elector.as_ref().map(|elector| elector.fence.clearance());
-        let shared = shared(&options, &identity, client, clearance);
+        let shared = shared(&options, &identity, client, &replicas);
         let mut kinds = Vec::new();
         let mut states = Vec::new();
         let mut watches = Vec::new();
@@ -486,16 +506,13 @@ impl OperatorBuilder {
         info!(operator = %identity.name, finalizer = %identity.finalizer, resources = kinds.len(),
             namespaces = ?options.namespaces, "the operator has started");
         let election_stop = CancellationToken::new();
-        if let Some(elector) = &elector {
-            let followers = states.into_iter().map(|s| s as Arc<dyn Follower>).collect();
-            tokio::spawn(follow(elector.roles(), followers));
-            tokio::spawn(elector.clone().run(election_stop.clone()));
-        }
+        let followers = states.into_iter().map(|s| s as Arc<dyn Follower>).collect();
+        replicas.start(followers, &election_stop);
         Ok(Operator {
             kinds,
             health,
             limiter,
-            elector,
+            replicas,
             election_stop,
             watch_stop: shared.watch_stop,
             probe_stop,
@@ -579,12 +596,7 @@ impl Operator {
 }
 
 /// What every resource kind of the operator shares.
-fn shared(
-    options: &Options,
-    identity: &Identity,
-    client: Client,
-    clearance: Option<Clearance>,
-) -> Shared {
+fn shared(options: &Options, identity: &Identity, client: Client, replicas: &Replicas) -> Shared {
     let writes = Arc::new(Semaphore::new(options.max_writes_in_flight));
     let mut services = options.services.clone();
     services.insert(client.clone());
@@ -623,7 +635,8 @@ fn shared(
             label_selector: options.label_selector.clone(),
         },
         watch_stop: CancellationToken::new(),
-        clearance,
+        clearance: replicas.clearance(),
+        sharding: replicas.sharding(),
         outcomes: options.outcomes.clone(),
     }
 }

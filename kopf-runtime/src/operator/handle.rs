@@ -8,10 +8,12 @@ use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::election::{Elector, Leadership};
+use super::election::Leadership;
 use super::health::{Health, KindHealth, WatchPhase};
 use super::kind::queue::Queues;
 use super::limits::{RateLimiter, RequestStats};
+use super::replicas::Replicas;
+use super::shard::Membership;
 use super::write::finalizer::Finalizers;
 use super::write::records::Records;
 use crate::core::resource::ResourceInfo;
@@ -45,9 +47,9 @@ pub struct Operator {
     pub(crate) kinds: Vec<KindHandle>,
     pub(crate) health: Arc<Health>,
     pub(crate) limiter: Option<Arc<RateLimiter>>,
-    /// The election, when on.
-    pub(crate) elector: Option<Arc<Elector>>,
-    /// Stops the election's loop.
+    /// Leader election or sharding, when on.
+    pub(crate) replicas: Replicas,
+    /// Stops the election's or the member's loop.
     pub(crate) election_stop: CancellationToken,
     pub(crate) watch_stop: CancellationToken,
     pub(crate) probe_stop: CancellationToken,
@@ -110,6 +112,8 @@ pub struct OperatorStats {
     pub kinds: Vec<KindStats>,
     /// This replica's role and the Lease's holder, with leader election on.
     pub leadership: Option<Leadership>,
+    /// This member's ranges and the live members, with sharding on.
+    pub sharding: Option<Membership>,
 }
 
 impl Operator {
@@ -156,7 +160,8 @@ impl Operator {
     pub fn stats(&self) -> OperatorStats {
         OperatorStats {
             requests: self.limiter.as_ref().map(|l| l.stats()),
-            leadership: self.elector.as_ref().map(|e| e.leadership()),
+            leadership: self.replicas.leadership(),
+            sharding: self.replicas.membership(),
             kinds: self
                 .kinds
                 .iter()
@@ -210,9 +215,7 @@ impl Operator {
             }
         }
         // Only now that the handlers have stopped: a standby may take over at once.
-        if let Some(elector) = &self.elector {
-            elector.release().await;
-        }
+        self.replicas.release().await;
         self.election_stop.cancel();
         self.probe_stop.cancel();
         info!("the operator has stopped");
@@ -221,9 +224,8 @@ impl Operator {
     /// Stops the watches and freezes the finalizers (what needs no waiting).
     fn stop_watching(&mut self) {
         self.watch_stop.cancel();
-        if let Some(elector) = &self.elector {
-            elector.retire(); // a standby no longer takes the Lease; a leader keeps renewing
-        }
+        // A standby no longer takes the Lease, a member no longer claims; both keep renewing.
+        self.replicas.retire();
         for kind in &self.kinds {
             kind.finalizers.freeze();
             kind.health.set_phase(WatchPhase::Stopped);

@@ -12,6 +12,7 @@ use super::election::LeaderElection;
 use super::error::OperatorError;
 use super::identity::Identity;
 use super::logging::LogFormat;
+use super::shard::Sharding;
 use crate::core::erased::{ErasedHandler, Services};
 use crate::core::resource::ResourceInfo;
 use crate::core::supervisor::BlockingPool;
@@ -40,6 +41,7 @@ pub(crate) struct Options {
     pub(crate) log_format: Option<LogFormat>,
     pub(crate) error_causes_in_events: bool,
     pub(crate) leader_election: Option<LeaderElection>,
+    pub(crate) sharding: Option<Sharding>,
     /// Where a copy of every handler effect goes (`testing::LiveOperator`'s outcomes).
     pub(crate) outcomes: Option<tokio::sync::broadcast::Sender<crate::core::effects::Effect>>,
 }
@@ -87,6 +89,7 @@ impl Default for Options {
             log_format: None,
             error_causes_in_events: false,
             leader_election: None,
+            sharding: None,
             outcomes: None,
         }
     }
@@ -136,6 +139,25 @@ impl Options {
             if self.client.is_some() {
                 return invalid(
                     "leader_election",
+                    "needs a client the operator builds itself (fencing is part of it): give \
+                     kube_config instead of client",
+                );
+            }
+        }
+        if let Some(sharding) = &self.sharding {
+            if self.leader_election.is_some() {
+                return invalid(
+                    "sharding",
+                    "cannot be combined with leader_election (a group of one member is the \
+                     sharded form of a single leader)",
+                );
+            }
+            if let Some(problem) = sharding.problem() {
+                return invalid("sharding", problem);
+            }
+            if self.client.is_some() {
+                return invalid(
+                    "sharding",
                     "needs a client the operator builds itself (fencing is part of it): give \
                      kube_config instead of client",
                 );

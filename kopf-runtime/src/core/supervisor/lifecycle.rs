@@ -84,7 +84,9 @@ impl SupervisorCore {
             .objects
             .entry(Arc::clone(&uid))
             .or_insert_with(|| ObjectEntry::new(Arc::clone(&object), handlers));
-        if seen == Seen::Back {
+        // Back after a deletion at an older version, or after it was released to another
+        // replica (no tombstone then).
+        if seen == Seen::Back || (entry.gone && seen == Seen::Live) {
             // Kept while its instances exit or its abandoned threads return: alive again.
             (entry.gone, entry.deleting, entry.finalizer_sent) = (false, false, None);
         }
@@ -133,6 +135,17 @@ impl SupervisorCore {
             .get(uid)
             .and_then(|e| e.live.borrow().resource_version_number());
         state.tombstones.insert(Arc::from(uid), version.max(seen));
+        self.drop_object(&mut state, uid);
+    }
+
+    /// Another replica serves the object now (see `Supervisor::release`): like `gone`, without
+    /// a tombstone, so that any later version brings it back.
+    pub(crate) fn release(self: &Arc<Self>, uid: &str) {
+        let mut state = self.lock();
+        self.drop_object(&mut state, uid);
+    }
+
+    fn drop_object(self: &Arc<Self>, state: &mut State, uid: &str) {
         let Some(key) = state.objects.get_key_value(uid).map(|(k, _)| Arc::clone(k)) else {
             return;
         };
@@ -140,7 +153,7 @@ impl SupervisorCore {
             entry.gone = true;
             entry.slots.iter_mut().for_each(|s| s.matched = false);
         }
-        self.reconcile(&mut state, &key);
+        self.reconcile(state, &key);
     }
 
     /// Brings one object's instances in line with what it needs now: stops what must stop,
@@ -151,8 +164,9 @@ impl SupervisorCore {
 
     /// [`SupervisorCore::reconcile`], optionally without starting anything.
     fn reconcile_with(self: &Arc<Self>, state: &mut State, uid: &Arc<str>, spawn: bool) {
-        let may_spawn = spawn && !state.paused && state.shutdown.allows_spawning();
-        let paused = state.paused;
+        // Out of scope counts as paused, for this object only.
+        let paused = state.paused || state.scope.as_ref().is_some_and(|covers| !covers(uid));
+        let may_spawn = spawn && !paused && state.shutdown.allows_spawning();
         let mut spawned = 0;
         let Some(entry) = state.objects.get_mut(uid) else {
             return;
@@ -308,6 +322,17 @@ impl SupervisorCore {
         let mut state = self.lock();
         state.paused = paused;
         // Pausing stops every instance; resuming starts what matches.
+        let uids: Vec<Arc<str>> = state.objects.keys().cloned().collect();
+        for uid in &uids {
+            self.reconcile(&mut state, uid);
+        }
+    }
+
+    /// Narrows or widens the objects handlers run for; instances out of it stop with
+    /// `OPERATOR_PAUSING`, matching ones newly in it start.
+    pub(crate) fn set_scope(self: &Arc<Self>, scope: Option<super::state::InScope>) {
+        let mut state = self.lock();
+        state.scope = scope;
         let uids: Vec<Arc<str>> = state.objects.keys().cloned().collect();
         for uid in &uids {
             self.reconcile(&mut state, uid);

@@ -36,6 +36,7 @@ use tokio_util::sync::CancellationToken;
 pub use self::blocking::BlockingPool;
 pub use self::config::SupervisorConfig;
 pub use self::report::ShutdownReport;
+pub use self::state::InScope;
 use self::state::{State, SupervisorCore};
 pub use self::stats::Stats;
 use crate::core::clearance::Clearance;
@@ -250,6 +251,27 @@ impl Supervisor {
         self.inner().gone(uid, resource_version.parse().ok());
     }
 
+    /// The object is no longer this supervisor's to serve (another replica serves it): its
+    /// instances are stopped and its memory dropped once they exited, as after
+    /// [`Supervisor::gone`], but any later event brings it back, whatever its version.
+    ///
+    /// ```
+    /// # use kopf_runtime::engine::*;
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// # let (supervisor, _) = Supervisor::new(Vec::new(), Services::default(), SupervisorConfig::default());
+    /// let meta = serde_json::json!({"name": "a", "uid": "u", "resourceVersion": "5"});
+    /// let obj = |meta| ObjectState::from_json(serde_json::json!({"metadata": meta})).unwrap();
+    /// supervisor.observe(obj(meta.clone()));
+    /// supervisor.release("u");
+    /// assert!(supervisor.tracked_uids().is_empty());
+    /// supervisor.observe(obj(meta)); // handed back, unchanged: served again
+    /// assert_eq!(supervisor.tracked_uids(), vec![std::sync::Arc::<str>::from("u")]);
+    /// # }
+    /// ```
+    pub fn release(&self, uid: &str) {
+        self.inner().release(uid);
+    }
+
     /// Whether the framework's finalizer must be on the object now: a finalizer-holding
     /// handler matches it (it is not being deleted, and the handler has not ended on its own),
     /// or an instance of such a handler is still running or stopping.
@@ -316,6 +338,43 @@ impl Supervisor {
     /// ```
     pub fn resume(&self) {
         self.inner().set_paused(false);
+    }
+
+    /// Runs handlers only for the objects whose UID `scope` accepts (`None`: every object):
+    /// instances of objects out of it are stopped with `OPERATOR_PAUSING`, as by
+    /// [`Supervisor::pause`] for those objects only, and matching handlers of objects newly in
+    /// it start. Finalizers stay. [`Supervisor::pause`] still pauses everything.
+    ///
+    /// ```
+    /// # use kopf_runtime::engine::*;
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// # let (supervisor, _) = Supervisor::new(Vec::new(), Services::default(), SupervisorConfig::default());
+    /// // Only the objects whose UID starts with "a".
+    /// supervisor.set_scope(Some(std::sync::Arc::new(|uid: &str| uid.starts_with('a'))));
+    /// supervisor.set_scope(None); // all of them again
+    /// # }
+    /// ```
+    pub fn set_scope(&self, scope: Option<InScope>) {
+        self.inner().set_scope(scope);
+    }
+
+    /// The UIDs of the objects that have an instance running or stopping, or an abandoned
+    /// thread not yet returned.
+    ///
+    /// ```
+    /// # use kopf_runtime::engine::*;
+    /// # let (supervisor, _) = Supervisor::new(Vec::new(), Services::default(), SupervisorConfig::default());
+    /// assert!(supervisor.busy_uids().is_empty());
+    /// ```
+    #[must_use]
+    pub fn busy_uids(&self) -> Vec<Arc<str>> {
+        let state = self.inner().lock();
+        state
+            .objects
+            .iter()
+            .filter(|(_, e)| e.is_busy())
+            .map(|(uid, _)| Arc::clone(uid))
+            .collect()
     }
 
     /// From now on, every invocation starts only while `clearance` allows it, and otherwise

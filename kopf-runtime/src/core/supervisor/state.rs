@@ -45,10 +45,15 @@ pub(crate) struct SupervisorCore {
     pub(crate) clearance: OnceLock<Clearance>,
 }
 
+/// Which objects' handlers may run, by UID (see `Supervisor::set_scope`).
+pub type InScope = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
 /// Mutable state, behind [`SupervisorCore::state`].
 pub(crate) struct State {
     pub(crate) objects: HashMap<Arc<str>, ObjectEntry>,
     pub(crate) paused: bool,
+    /// Which objects handlers may run for (`None`: all), see `Supervisor::set_scope`.
+    pub(crate) scope: Option<InScope>,
     pub(crate) shutdown: ShutdownPhase,
     pub(crate) daemons_abandoned: u64,
     pub(crate) timers_abandoned: u64,
@@ -61,6 +66,7 @@ impl State {
         Self {
             objects: HashMap::new(),
             paused: false,
+            scope: None,
             shutdown: ShutdownPhase::NotStarted,
             daemons_abandoned: 0,
             timers_abandoned: 0,

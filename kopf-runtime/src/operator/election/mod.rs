@@ -31,6 +31,7 @@ use self::fence::Fence;
 use self::lease::{Decision, LeaseApi, Observed, Record, claimed, decide, released};
 use crate::core::spec::{HandlerKind, HandlerSpec};
 use crate::core::sync::lock;
+use crate::operator::scope::Scope;
 
 /// Leader election settings for [`OperatorBuilder::leader_election`](crate::OperatorBuilder::leader_election):
 /// the Lease's name and namespace, its timing (client-go's defaults), and this replica's
@@ -191,33 +192,6 @@ pub(crate) fn warn_slow_daemons<'a>(
     }
 }
 
-/// What follows this replica's role: a resource kind leads or stands by.
-pub(crate) trait Follower: Send + Sync {
-    /// This replica leads now.
-    fn lead(self: Arc<Self>);
-    /// This replica stands by now.
-    fn stand_by(&self);
-}
-
-/// Makes every follower lead or stand by as the role changes, until the elector ends.
-///
-/// # Cancellation safety
-/// Cancel-safe: it only relays.
-pub(crate) async fn follow(mut roles: watch::Receiver<Role>, followers: Vec<Arc<dyn Follower>>) {
-    loop {
-        let role = *roles.borrow_and_update();
-        for follower in &followers {
-            match role {
-                Role::Leader => follower.clone().lead(),
-                Role::Standby => follower.stand_by(),
-            }
-        }
-        if roles.changed().await.is_err() {
-            return;
-        }
-    }
-}
-
 /// Whether this replica leads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -226,6 +200,16 @@ pub enum Role {
     Leader,
     /// It watches and waits to lead.
     Standby,
+}
+
+impl Role {
+    /// What a replica in this role serves.
+    pub(crate) fn scope(self) -> Scope {
+        match self {
+            Self::Leader => Scope::All,
+            Self::Standby => Scope::Nothing,
+        }
+    }
 }
 
 /// This replica's part in the election, in [`OperatorStats::leadership`](crate::OperatorStats::leadership).

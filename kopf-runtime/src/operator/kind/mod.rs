@@ -15,8 +15,8 @@ pub(crate) mod effects;
 pub(crate) mod queue;
 pub(crate) mod watch;
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use kube::Client;
 use serde_json::{Map, Value};
@@ -27,7 +27,7 @@ use tracing::{debug, error, warn};
 
 use self::effects::Plan;
 use self::queue::{Job, Queues, RunJob};
-use self::watch::{Observer, Selection};
+use self::watch::{Observer, Selection, Sharded};
 use crate::core::clearance::Clearance;
 use crate::core::effects::Effect;
 use crate::core::erased::{ErasedHandler, Services};
@@ -36,10 +36,11 @@ use crate::core::resource::ResourceInfo;
 use crate::core::sink::PatchSinkHandle;
 use crate::core::supervisor::{BlockingPool, Supervisor, SupervisorConfig};
 use crate::operator::cap::Capped;
-use crate::operator::election::Follower;
 use crate::operator::events::{EventPoster, WarningNote, reference};
 use crate::operator::health::KindHealth;
 use crate::operator::identity::is_foreign_kopf_finalizer;
+use crate::operator::scope::{Follower, Scope};
+use crate::operator::shard::ShardWatch;
 use crate::operator::watched::Watched;
 use crate::operator::write::finalizer::Finalizers;
 use crate::operator::write::patch::{KubePatchSink, StatusMode};
@@ -68,13 +69,15 @@ pub(crate) struct Shared {
     pub(crate) watch_stop: CancellationToken,
     /// Where a copy of every effect goes, if anywhere (tests).
     pub(crate) outcomes: Option<tokio::sync::broadcast::Sender<Effect>>,
-    /// With leader election: until when this replica may act. Kinds start standing by, and
-    /// their invocations start only within it.
+    /// With leader election or sharding: until when this replica may act. Kinds start
+    /// serving nothing, and their invocations start only within it.
     pub(crate) clearance: Option<Clearance>,
+    /// With sharding: the watch mode asked for, and where the mode used is recorded.
+    pub(crate) sharding: Option<(ShardWatch, Arc<OnceLock<ShardWatch>>)>,
 }
 
 impl Shared {
-    /// Whether leader election is on.
+    /// Whether leader election or sharding is on.
     pub(crate) fn elected(&self) -> bool {
         self.clearance.is_some()
     }
@@ -134,12 +137,18 @@ pub(crate) fn launch(
         }
     });
     let (observer, watch_health) = (state.clone(), health.clone());
+    let sharded = shared.sharding.as_ref().map(|(mode, used)| Sharded {
+        mode: *mode,
+        used: used.clone(),
+        scope: state.scope.subscribe(),
+    });
     let serve = watch::serve(
         observer,
         writer,
         shared.selection.clone(),
         watch_health,
         ids,
+        sharded,
         shared.watch_stop.clone(),
     );
     let resync = state.clone().resync_deferred();
@@ -174,6 +183,8 @@ pub(crate) struct KindState {
     events: Arc<EventPoster>,
     /// Whether another kopf operator's finalizer was seen (and warned about) already.
     foreign_seen: AtomicBool,
+    /// What this replica serves of the kind (the watch follows it in server-side sharding).
+    scope: tokio::sync::watch::Sender<Scope>,
 }
 
 impl KindState {
@@ -190,7 +201,12 @@ impl KindState {
             records.clone(),
             supervisor.clone(),
         );
-        finalizers.set_leading(!shared.elected());
+        let scope = if shared.elected() {
+            Scope::Nothing
+        } else {
+            Scope::All
+        };
+        finalizers.set_scope(scope.clone());
         Self {
             queues: Arc::new(Queues::new(info.clone())),
             info,
@@ -200,13 +216,14 @@ impl KindState {
             sink,
             events: shared.poster.clone(),
             foreign_seen: AtomicBool::new(false),
+            scope: tokio::sync::watch::Sender::new(scope),
         }
     }
 
-    /// Whether this replica leads (always, without leader election): only then it posts Events
-    /// and writes outputs and finalizers.
-    fn leads(&self) -> bool {
-        self.finalizers.leads()
+    /// Whether this replica serves the object (always, without leader election or sharding):
+    /// only then it posts Events about it and writes its outputs and finalizer.
+    fn covers(&self, uid: &str) -> bool {
+        self.finalizers.covers(uid)
     }
 
     fn enqueue(self: &Arc<Self>, uid: Arc<str>, job: Job) {
@@ -292,8 +309,8 @@ impl KindState {
     fn effect(self: &Arc<Self>, effect: Effect) {
         match effects::plan(&self.info, effect) {
             Plan::Queue(uid, job) => self.enqueue(uid, job),
-            // The leader reports (a standby evaluates filters too).
-            Plan::Warn { .. } if !self.leads() => {}
+            // The replica serving the object reports (a standby evaluates filters too).
+            Plan::Warn { ref object, .. } if !self.covers(&object.uid) => {}
             Plan::Warn {
                 object,
                 reason,
@@ -345,8 +362,8 @@ impl KindState {
             debug!(object = %object, handler, "the object is gone; output dropped");
             return;
         }
-        if !self.leads() {
-            debug!(object = %object, handler, "this replica no longer leads; output dropped");
+        if !self.covers(&object.uid) {
+            debug!(object = %object, handler, "this replica no longer serves the object; output dropped");
             return;
         }
         match self.sink.apply_now(object, Value::Object(patch)).await {
@@ -374,6 +391,15 @@ impl Observer for KindState {
         }
     }
 
+    /// Another member serves the object now: its handlers stopped when the scope changed; its
+    /// record goes (no finalizer is written), and any later version brings it back.
+    fn release(self: &Arc<Self>, uid: &Arc<str>) {
+        self.supervisor.release(uid);
+        if self.records.mark_gone(uid, None) {
+            self.enqueue(uid.clone(), Job::Sync);
+        }
+    }
+
     /// A later version of a forgotten object (its label came back) is served again.
     fn forget(self: &Arc<Self>, uid: &Arc<str>, last: Option<&Value>) {
         let view = last.map(FinalizerView::from_body);
@@ -388,21 +414,27 @@ impl Observer for KindState {
 }
 
 impl Follower for KindState {
-    /// This replica leads now: handlers start as after a start-up, and every object's finalizer
-    /// is brought to what its handlers need.
-    fn lead(self: Arc<Self>) {
-        self.finalizers.set_leading(true);
-        self.supervisor.resume();
-        for uid in self.records.uids() {
-            self.enqueue(uid, Job::Sync);
+    /// Handlers of objects newly in scope start as after a start-up, and every served object's
+    /// finalizer is brought to what its handlers need; handlers out of scope stop (through
+    /// their stop ladders, with the reason "operator pausing"); nothing is written for them.
+    fn serve(self: Arc<Self>, scope: Scope) {
+        self.finalizers.set_scope(scope.clone());
+        if matches!(scope, Scope::Nothing) {
+            self.supervisor.pause();
+        } else {
+            self.supervisor.set_scope(scope.in_scope());
+            self.supervisor.resume();
         }
+        for uid in self.records.uids() {
+            if scope.covers(&uid) {
+                self.enqueue(uid, Job::Sync);
+            }
+        }
+        self.scope.send_replace(scope);
     }
 
-    /// This replica stands by: every handler stops (through its stop ladder, with the reason
-    /// "operator paused"), nothing starts, and nothing is written.
-    fn stand_by(&self) {
-        self.finalizers.set_leading(false);
-        self.supervisor.pause();
+    fn busy_uids(&self) -> Vec<Arc<str>> {
+        self.supervisor.busy_uids()
     }
 }
 

@@ -3,7 +3,7 @@
 //! selected namespace (or one for all) and hand every event to the kind's [`Observer`].
 
 use std::collections::HashSet;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBuilder};
@@ -21,6 +21,10 @@ use serde_json::Value;
 
 use crate::operator::health::{KindHealth, WatchPhase};
 use crate::operator::schema;
+use crate::operator::scope::Scope;
+use crate::operator::shard::ShardWatch;
+use crate::operator::shard::ranges::RangeSet;
+use crate::operator::shard::selector;
 use crate::operator::watched::Watched;
 use crate::operator::write::{Failure, Writer, classify, describe};
 
@@ -41,6 +45,17 @@ pub(crate) trait Observer: Send + Sync + 'static {
     /// An object was deleted or left the label selector (with its last state), or vanished
     /// during a relist (without).
     fn forget(self: &Arc<Self>, uid: &Arc<str>, last: Option<&Value>);
+    /// An object left this member's share of a sharded group: another member serves it now.
+    fn release(self: &Arc<Self>, uid: &Arc<str>);
+}
+
+/// A sharded kind's watch: the mode asked for, where the mode used is recorded, and the
+/// scope the kind serves (its ranges go into the watches' `shardSelector` in server mode).
+#[derive(Debug, Clone)]
+pub(crate) struct Sharded {
+    pub(crate) mode: ShardWatch,
+    pub(crate) used: Arc<OnceLock<ShardWatch>>,
+    pub(crate) scope: tokio::sync::watch::Receiver<Scope>,
 }
 
 /// Serves one kind until the kind's stop token is cancelled.
@@ -54,6 +69,7 @@ pub(crate) async fn serve<O: Observer>(
     selection: Selection,
     health: Arc<KindHealth>,
     ids: Vec<&'static str>,
+    sharded: Option<Sharded>,
     stop: CancellationToken,
 ) {
     let Some(()) = stop
@@ -87,17 +103,97 @@ pub(crate) async fn serve<O: Observer>(
                 Api::all_with(writer.client.clone(), &*writer.resource),
             )]
         };
-    let streams = apis.into_iter().map(|(ns, api)| {
-        let stream = Stream {
-            observer: observer.clone(),
-            resource: writer.info.to_string(),
-            health: health.clone(),
-            ns,
-            stop: stop.clone(),
+    let namespaces: Vec<String> = apis.iter().map(|(ns, _)| ns.clone()).collect();
+    let streams =
+        |apis: Vec<(String, Api<Watched>)>, known: Vec<Known>, stop: &CancellationToken| {
+            let streams = apis.into_iter().zip(known).map(|((ns, api), known)| {
+                let stream = Stream {
+                    observer: observer.clone(),
+                    resource: writer.info.to_string(),
+                    health: health.clone(),
+                    ns,
+                    stop: stop.clone(),
+                };
+                stream.watch(api, config.clone(), known)
+            });
+            futures::future::join_all(streams)
         };
-        stream.watch(api, config.clone())
-    });
-    futures::future::join_all(streams).await;
+    let Some(sharded) = sharded else {
+        let known = vec![Known::default(); apis.len()];
+        streams(apis, known, &stop).await;
+        return;
+    };
+    let mode =
+        selector::resolve(sharded.mode, &writer.client, &writer.resource, &writer.info).await;
+    let _first = sharded.used.set(mode);
+    if mode != ShardWatch::Server {
+        let known = vec![Known::default(); apis.len()];
+        streams(apis, known, &stop).await;
+        return;
+    }
+    // Server-side: one round of streams per set of ranges, restarted (with a fresh list) when
+    // the ranges change.
+    let mut scopes = sharded.scope;
+    let mut known = vec![Known::default(); namespaces.len()];
+    let mut current: Option<Arc<RangeSet>> = None;
+    loop {
+        let ranges = match &*scopes.borrow_and_update() {
+            Scope::Ranges(ranges) => Some(ranges.clone()),
+            Scope::All | Scope::Nothing => None,
+        };
+        let ranges = match ranges {
+            Some(ranges) if current.as_ref() != Some(&ranges) => ranges,
+            _ => {
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    changed = scopes.changed() => if changed.is_err() { return },
+                }
+                continue;
+            }
+        };
+        let Some(client) = selector::watch_client(&writer.client, &ranges) else {
+            continue;
+        };
+        debug!(resource = %writer.info, ranges = %ranges, "watching this member's ranges");
+        for k in &mut known {
+            k.ranges = Some(ranges.clone());
+        }
+        current = Some(ranges);
+        let apis = namespaces
+            .iter()
+            .map(|ns| (ns.clone(), shard_api(&client, &writer, ns)))
+            .collect();
+        let round = stop.child_token();
+        let mut running = std::pin::pin!(streams(apis, std::mem::take(&mut known), &round));
+        known = tokio::select! {
+            known = &mut running => known,
+            _ = scopes.changed() => {
+                round.cancel();
+                running.await
+            }
+        };
+        if stop.is_cancelled() {
+            return;
+        }
+    }
+}
+
+/// The API of a kind's objects in `ns` (empty: all namespaces) through `client`.
+fn shard_api(client: &kube::Client, writer: &Writer, ns: &str) -> Api<Watched> {
+    if ns.is_empty() {
+        Api::all_with(client.clone(), &*writer.resource)
+    } else {
+        Api::namespaced_with(client.clone(), ns, &*writer.resource)
+    }
+}
+
+/// What one stream knows between restarts: the UIDs it has seen, and the ranges it watches (a
+/// sharded kind with the server-side selector; an object that vanishes from a relist outside
+/// them left the share rather than the cluster).
+#[derive(Debug, Clone, Default)]
+struct Known {
+    uids: HashSet<Arc<str>>,
+    ranges: Option<Arc<RangeSet>>,
 }
 
 /// Looks the kind up until the API server serves it; records whether it has a status
@@ -159,7 +255,7 @@ struct Stream<O> {
 impl<O: Observer> Stream<O> {
     /// Watches until stopped; relists are diffed by UID so that objects that vanished while the
     /// watch was down are forgotten.
-    async fn watch(self, api: Api<Watched>, config: watcher::Config) {
+    async fn watch(self, api: Api<Watched>, config: watcher::Config, known: Known) -> Known {
         let Self {
             observer,
             resource,
@@ -167,7 +263,10 @@ impl<O: Observer> Stream<O> {
             ns,
             stop,
         } = self;
-        let mut known: HashSet<Arc<str>> = HashSet::new();
+        let Known {
+            uids: mut known,
+            ranges,
+        } = known;
         let mut relist: Option<HashSet<Arc<str>>> = None;
         let mut listed = false;
         let mut last_error: Option<String> = None;
@@ -175,7 +274,7 @@ impl<O: Observer> Stream<O> {
         let mut stream = std::pin::pin!(stream);
         loop {
             let next = tokio::select! {
-                () = stop.cancelled() => return,
+                () = stop.cancelled() => return Known { uids: known, ranges },
                 next = stream.next() => next,
             };
             let event = match next {
@@ -187,7 +286,10 @@ impl<O: Observer> Stream<O> {
                 None => {
                     health.mark_dead();
                     error!(resource = %resource, namespace = %ns, "the watch stream ended");
-                    return;
+                    return Known {
+                        uids: known,
+                        ranges,
+                    };
                 }
             };
             // Recovered only once the watch delivers again (`Init` only starts a relist).
@@ -204,6 +306,10 @@ impl<O: Observer> Stream<O> {
                 Event::InitDone => {
                     let seen = relist.take().unwrap_or_default();
                     for uid in known.difference(&seen) {
+                        if ranges.as_ref().is_some_and(|r| !r.covers(uid)) {
+                            observer.release(uid);
+                            continue;
+                        }
                         debug!(resource = %resource, uid = %uid, "the object vanished while the watch was down");
                         observer.forget(uid, None);
                     }

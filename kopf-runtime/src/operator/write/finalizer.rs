@@ -16,8 +16,8 @@
 //! ```
 
 use std::ops::ControlFlow;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 use tracing::{debug, error, info};
@@ -27,6 +27,8 @@ use super::resync::Resync;
 use super::{Failure, GaveUp, Next, Retrying, Writer, classify, describe};
 use crate::core::object::ObjectRef;
 use crate::core::supervisor::Supervisor;
+use crate::core::sync::lock;
+use crate::operator::scope::Scope;
 
 /// The finalizer of one resource kind's objects.
 #[derive(Debug)]
@@ -40,9 +42,9 @@ pub(crate) struct Finalizers {
     resync: Resync,
     /// Set at shutdown: finalizers are left as they are (daemons resume after a restart).
     frozen: AtomicBool,
-    /// Whether this replica leads (always, without leader election): a standby never adds or
-    /// removes finalizers.
-    leading: AtomicBool,
+    /// The objects this replica serves (all, without leader election or sharding): it adds
+    /// and removes no other object's finalizer.
+    scope: Mutex<Scope>,
 }
 
 impl Finalizers {
@@ -59,22 +61,22 @@ impl Finalizers {
             supervisor,
             resync: Resync::default(),
             frozen: AtomicBool::new(false),
-            leading: AtomicBool::new(true),
+            scope: Mutex::new(Scope::All),
         }
     }
 
-    /// Whether finalizers are written (only by the leader).
-    pub(crate) fn set_leading(&self, leading: bool) {
-        self.leading.store(leading, Ordering::SeqCst);
+    /// Which objects' finalizers are written (the leader's: all; a shard member's: its share).
+    pub(crate) fn set_scope(&self, scope: Scope) {
+        *lock(&self.scope) = scope;
     }
 
-    /// Whether this replica leads (always, without leader election).
-    pub(crate) fn leads(&self) -> bool {
-        self.leading.load(Ordering::SeqCst)
+    /// Whether this replica serves the object (always, without leader election or sharding).
+    pub(crate) fn covers(&self, uid: &str) -> bool {
+        lock(&self.scope).covers(uid)
     }
 
-    fn writes(&self) -> bool {
-        self.leads() && !self.frozen.load(Ordering::SeqCst)
+    fn writes(&self, uid: &str) -> bool {
+        self.covers(uid) && !self.frozen.load(Ordering::SeqCst)
     }
 
     /// The finalizer's name.
@@ -90,11 +92,11 @@ impl Finalizers {
     /// Whether every object's finalizer is as the supervisor needs it, or its update gave up
     /// (and is tried again later).
     pub(crate) fn settled(&self) -> bool {
-        if !self.leads() {
-            return true; // the leader's job
-        }
+        // Objects out of scope are another replica's job.
         self.records.uids().iter().all(|uid| {
-            self.resync.contains(uid) || self.step(uid).is_none_or(|(_, patch)| patch.is_none())
+            !self.covers(uid)
+                || self.resync.contains(uid)
+                || self.step(uid).is_none_or(|(_, patch)| patch.is_none())
         })
     }
 
@@ -153,7 +155,7 @@ impl Finalizers {
     }
 
     async fn attempt(&self, uid: &Arc<str>) -> Next<(), (ObjectRef, kube::Error)> {
-        if !self.writes() {
+        if !self.writes(uid) {
             // A standby writes nothing, but forgets what is gone.
             self.records.remove_if_gone(uid);
             return Next::Done(());

@@ -1,0 +1,123 @@
+//! How this replica works with the others: alone, as one of several under leader election
+//! (one leads, the others stand by), or as a member of a sharded group (each serves a share).
+//! The resource kinds follow whichever decides what they serve (see `scope.rs`).
+
+use std::sync::{Arc, OnceLock};
+
+use kube::Client;
+use tokio_util::sync::CancellationToken;
+
+use super::election::fence::Fence;
+use super::election::{Elector, LeaderElection, Leadership, Role};
+use super::scope::{Follower, follow};
+use super::shard::member::Member;
+use super::shard::{Membership, ShardWatch, Sharding};
+use crate::core::clearance::Clearance;
+
+/// The coordination of this replica with the others.
+#[derive(Debug)]
+pub(crate) enum Replicas {
+    /// The only replica: it serves every object.
+    Alone,
+    /// Leader election.
+    Elected(Arc<Elector>),
+    /// A member of a sharded group.
+    Sharded(Arc<Member>),
+}
+
+impl Replicas {
+    /// The coordination the options ask for (`fence`: the operator client's fence, set when
+    /// either is on).
+    pub(crate) fn new(
+        election: Option<LeaderElection>,
+        sharding: Option<Sharding>,
+        lease_client: Client,
+        fence: Option<Arc<Fence>>,
+    ) -> Self {
+        match (election, sharding, fence) {
+            (Some(election), _, Some(fence)) => {
+                Self::Elected(Arc::new(Elector::new(election, lease_client, fence)))
+            }
+            (None, Some(sharding), Some(fence)) => {
+                Self::Sharded(Arc::new(Member::new(sharding, lease_client, fence)))
+            }
+            _ => Self::Alone,
+        }
+    }
+
+    /// Until when invocations may start (`None`: always).
+    pub(crate) fn clearance(&self) -> Option<Clearance> {
+        match self {
+            Self::Alone => None,
+            Self::Elected(elector) => Some(elector.fence.clearance()),
+            Self::Sharded(member) => Some(member.fence.clearance()),
+        }
+    }
+
+    /// With sharding: the watch mode asked for, and where the mode used is recorded.
+    pub(crate) fn sharding(&self) -> Option<(ShardWatch, Arc<OnceLock<ShardWatch>>)> {
+        match self {
+            Self::Sharded(member) => Some((member.watch_mode(), member.mode.clone())),
+            _ => None,
+        }
+    }
+
+    /// Starts coordinating: the kinds follow the role or the ranges until `stop`.
+    pub(crate) fn start(&self, followers: Vec<Arc<dyn Follower>>, stop: &CancellationToken) {
+        match self {
+            Self::Alone => {}
+            Self::Elected(elector) => {
+                tokio::spawn(follow(
+                    elector.roles(),
+                    |role: &Role| role.scope(),
+                    followers,
+                ));
+                tokio::spawn(elector.clone().run(stop.clone()));
+            }
+            Self::Sharded(member) => {
+                member.set_followers(followers.clone());
+                tokio::spawn(follow(member.ranges(), Member::scope_of, followers));
+                tokio::spawn(member.clone().run(stop.clone()));
+            }
+        }
+    }
+
+    /// At shutdown, before the handlers stop: a standby no longer acquires, a member no longer
+    /// claims or releases.
+    pub(crate) fn retire(&self) {
+        match self {
+            Self::Alone => {}
+            Self::Elected(elector) => elector.retire(),
+            Self::Sharded(member) => member.retire(),
+        }
+    }
+
+    /// After the handlers have stopped: gives up the Lease (and a member's ranges), so that the
+    /// others take over at once.
+    ///
+    /// # Cancellation safety
+    /// Dropping the future may leave them released or not (they then expire).
+    pub(crate) async fn release(&self) {
+        match self {
+            Self::Alone => {}
+            Self::Elected(elector) => elector.release().await,
+            Self::Sharded(member) => member.release().await,
+        }
+    }
+
+    /// The role, with leader election.
+    pub(crate) fn leadership(&self) -> Option<Leadership> {
+        match self {
+            Self::Elected(elector) => Some(elector.leadership()),
+            _ => None,
+        }
+    }
+
+    /// The ranges and members, with sharding.
+    pub(crate) fn membership(&self) -> Option<Membership> {
+        match self {
+            Self::Sharded(member) => Some(member.membership()),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,508 @@
+//! One member of a sharded group: its loop renews its own Lease, reads the group's claims, sees
+//! which members live, and plans (see `claims.rs`); the ranges it may serve go to the resource
+//! kinds through a watch channel.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::jiff::Timestamp;
+use kube::Client;
+use kube::api::{Api, ListParams, ObjectMeta, PostParams};
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::claims::{CLAIMS_ANNOTATION, Claims, Plan, Round, plan};
+use super::ranges::{RangeSet, SHARD_RANGES};
+use super::{Membership, ShardWatch, Sharding};
+use crate::core::sync::lock;
+use crate::operator::election::fence::Fence;
+use crate::operator::election::lease::{Observed, Record, claimed, released};
+use crate::operator::scope::{Follower, Scope};
+
+/// The label that marks a member's Lease, with the group's name as its value.
+pub(crate) const GROUP_LABEL: &str = "kopf.dev/shard-group";
+/// The annotation of a member's Lease that names the member (its holder is cleared on release).
+const MEMBER_ANNOTATION: &str = "kopf.dev/shard-member";
+
+/// What a member has seen.
+#[derive(Debug, Default)]
+struct Seen {
+    /// Each member's Lease as last read, and since when it has not changed (local clock).
+    leases: HashMap<String, Observed>,
+    /// The live members, sorted.
+    live: Vec<String>,
+    /// Whether a write of this validity period confirmed this member's claims.
+    confirmed: bool,
+    /// The Lease of this member as last written (for the release).
+    own: Option<Lease>,
+}
+
+/// Runs one member of a group.
+pub(crate) struct Member {
+    settings: Sharding,
+    identity: String,
+    api: Api<Lease>,
+    own_name: String,
+    /// The fence of the operator's own client.
+    pub(crate) fence: Arc<Fence>,
+    /// The ranges served now.
+    serving: watch::Sender<Arc<RangeSet>>,
+    followers: OnceLock<Vec<Arc<dyn Follower>>>,
+    seen: Mutex<Seen>,
+    retiring: AtomicBool,
+    /// The watch mode the kinds use.
+    pub(crate) mode: Arc<OnceLock<ShardWatch>>,
+}
+
+impl std::fmt::Debug for Member {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Member")
+            .field("identity", &self.identity)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Member {
+    pub(crate) fn new(settings: Sharding, client: Client, fence: Arc<Fence>) -> Self {
+        let identity = settings.lease.resolved_identity();
+        let own_name = member_lease_name(&settings.lease.name, &identity);
+        Self {
+            api: Api::namespaced(client, &settings.lease.namespace),
+            settings,
+            identity,
+            own_name,
+            fence,
+            serving: watch::Sender::new(Arc::new(RangeSet::default())),
+            followers: OnceLock::new(),
+            seen: Mutex::new(Seen::default()),
+            retiring: AtomicBool::new(false),
+            mode: Arc::default(),
+        }
+    }
+
+    /// The watch mode asked for.
+    pub(crate) fn watch_mode(&self) -> ShardWatch {
+        self.settings.watch
+    }
+
+    /// The ranges served now and their changes.
+    pub(crate) fn ranges(&self) -> watch::Receiver<Arc<RangeSet>> {
+        self.serving.subscribe()
+    }
+
+    /// What the kinds serve for a set of ranges.
+    pub(crate) fn scope_of(ranges: &Arc<RangeSet>) -> Scope {
+        if ranges.is_empty() {
+            Scope::Nothing
+        } else {
+            Scope::Ranges(ranges.clone())
+        }
+    }
+
+    /// The kinds whose busy objects hold back a release.
+    pub(crate) fn set_followers(&self, followers: Vec<Arc<dyn Follower>>) {
+        let _first = self.followers.set(followers);
+    }
+
+    /// Where this member stands.
+    pub(crate) fn membership(&self) -> Membership {
+        let ranges = self.serving.borrow().clone();
+        Membership {
+            identity: self.identity.clone(),
+            members: lock(&self.seen).live.clone(),
+            ranges: ranges.to_string(),
+            held: ranges.len(),
+            watch: self.mode.get().copied(),
+        }
+    }
+
+    /// Renews, reads and plans every retry period until `stop`.
+    ///
+    /// # Cancellation safety
+    /// Meant to run in its own task; cancelling it leaves the Lease to expire (the fence closes
+    /// on time by itself, and the kinds stop serving when it does).
+    pub(crate) async fn run(self: Arc<Self>, stop: CancellationToken) {
+        let lease = &self.settings.lease;
+        info!(group = %lease.name, namespace = %lease.namespace, identity = %self.identity,
+            "sharding: joining the group; serving nothing until this member holds ranges");
+        loop {
+            let started = Instant::now();
+            let round = tokio::time::timeout(lease.renew_deadline, self.round(started));
+            tokio::select! {
+                () = stop.cancelled() => return,
+                outcome = round => match outcome {
+                    Ok(Ok(())) => {}
+                    Ok(Err(err)) => debug!(error = %err, "sharding: a Lease could not be read or written"),
+                    Err(_) => debug!("sharding: a Lease request timed out"),
+                },
+                () = self.lapse() => {}
+            }
+            self.check_validity();
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(lease.retry_period) => {}
+                () = self.lapse() => {}
+            }
+            self.check_validity();
+        }
+    }
+
+    /// Resolves when this member's validity lapses (never while it serves nothing).
+    async fn lapse(&self) {
+        match self.fence.valid_until() {
+            Some(until) => tokio::time::sleep_until(until).await,
+            None => std::future::pending().await,
+        }
+    }
+
+    fn check_validity(&self) {
+        if self.fence.valid_until().is_some() && !self.fence.allows(Instant::now()) {
+            self.fence.close();
+            lock(&self.seen).confirmed = false;
+            if !self.serving.borrow().is_empty() {
+                warn!(identity = %self.identity,
+                    "sharding: this member's Lease was not renewed within the renew deadline: \
+                     stopping every handler; writes are refused");
+            }
+            self.serve(RangeSet::default());
+        }
+    }
+
+    /// One round: renew, read the claims, read the members, plan, write, serve.
+    async fn round(&self, started: Instant) -> Result<(), kube::Error> {
+        if !self.renew(started).await? {
+            return Ok(());
+        }
+        let Some((group, claims)) = self.claims().await? else {
+            return Ok(());
+        };
+        let (live, expired) = self.members(&claims).await?;
+        let serving = self.serving.borrow().clone();
+        let confirm = !lock(&self.seen).confirmed;
+        let quiet = if self.retiring.load(Ordering::SeqCst) {
+            RangeSet::default() // nothing is released or claimed while exiting
+        } else {
+            RangeSet::full().minus(&serving).minus(&self.busy())
+        };
+        let round = Round {
+            me: &self.identity,
+            claims: &claims,
+            live: &live,
+            expired: &expired,
+            quiet: &quiet,
+            confirm,
+        };
+        let Plan { write, serve, keep } = plan(&round);
+        if self.retiring.load(Ordering::SeqCst) {
+            return Ok(()); // claims stay until the release
+        }
+        let Some(next) = write else {
+            self.serve(serve);
+            return Ok(());
+        };
+        match self.write_claims(group, &next).await {
+            Ok(()) => {
+                lock(&self.seen).confirmed = true;
+                self.serve(serve);
+            }
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                debug!("sharding: the claims changed meanwhile; planning again");
+                if !confirm {
+                    self.serve(keep.intersection(&serving));
+                }
+            }
+            Err(err) => {
+                if !confirm {
+                    self.serve(keep.intersection(&serving));
+                }
+                return Err(err);
+            }
+        }
+        Ok(())
+    }
+
+    /// Renews (or creates) this member's Lease; `Ok(true)` when it is valid now.
+    async fn renew(&self, started: Instant) -> Result<bool, kube::Error> {
+        let duration = self.settings.lease.lease_duration;
+        let written = match self.api.get_opt(&self.own_name).await? {
+            Some(current) => {
+                let lease = claimed(&current, &self.identity, duration, Timestamp::now());
+                self.api
+                    .replace(&self.own_name, &PostParams::default(), &lease)
+                    .await
+            }
+            None => {
+                let lease = Lease {
+                    metadata: ObjectMeta {
+                        name: Some(self.own_name.clone()),
+                        labels: Some(BTreeMap::from([(
+                            GROUP_LABEL.to_owned(),
+                            self.settings.lease.name.clone(),
+                        )])),
+                        annotations: Some(BTreeMap::from([(
+                            MEMBER_ANNOTATION.to_owned(),
+                            self.identity.clone(),
+                        )])),
+                        ..ObjectMeta::default()
+                    },
+                    spec: None,
+                };
+                let lease = claimed(&lease, &self.identity, duration, Timestamp::now());
+                self.api.create(&PostParams::default(), &lease).await
+            }
+        };
+        let written = match written {
+            Ok(lease) => lease,
+            Err(kube::Error::Api(status)) if status.code == 409 => return Ok(false),
+            Err(err) => return Err(err),
+        };
+        let until = started + self.settings.lease.renew_deadline;
+        if until <= Instant::now() {
+            return Ok(false); // the renewal came back too late to count
+        }
+        if !self.fence.allows(Instant::now()) {
+            lock(&self.seen).confirmed = false; // a new validity period
+        }
+        lock(&self.seen).own = Some(written);
+        self.fence.extend(until);
+        Ok(true)
+    }
+
+    /// The group's Lease and its claims (created when missing; `None` when unreadable).
+    async fn claims(&self) -> Result<Option<(Lease, Claims)>, kube::Error> {
+        let name = &self.settings.lease.name;
+        let group = match self.api.get_opt(name).await? {
+            Some(group) => group,
+            None => {
+                let lease = Lease {
+                    metadata: ObjectMeta {
+                        name: Some(name.clone()),
+                        ..ObjectMeta::default()
+                    },
+                    spec: None,
+                };
+                match self.api.create(&PostParams::default(), &lease).await {
+                    Ok(group) => group,
+                    Err(kube::Error::Api(status)) if status.code == 409 => return Ok(None),
+                    Err(err) => return Err(err),
+                }
+            }
+        };
+        let text = group
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(CLAIMS_ANNOTATION));
+        match Claims::parse(text.map(String::as_str)) {
+            Ok(claims) => Ok(Some((group, claims))),
+            Err(err) => {
+                warn!(lease = %name, error = %err,
+                    "sharding: cannot read the group's claims; serving nothing new until fixed");
+                Ok(None)
+            }
+        }
+    }
+
+    /// Reads the members' Leases: the live members (sorted) and the expired ones among those
+    /// with claims.
+    async fn members(
+        &self,
+        claims: &Claims,
+    ) -> Result<(Vec<String>, BTreeSet<String>), kube::Error> {
+        let selector = format!("{GROUP_LABEL}={}", self.settings.lease.name);
+        let list = self
+            .api
+            .list(&ListParams::default().labels(&selector))
+            .await?;
+        let now = Instant::now();
+        let duration = self.settings.lease.lease_duration;
+        let mut seen = lock(&self.seen);
+        let mut records: HashMap<String, Record> = HashMap::new();
+        for lease in &list.items {
+            let member = lease
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(MEMBER_ANNOTATION));
+            if let Some(member) = member {
+                records.insert(member.clone(), Record::of(lease));
+            }
+        }
+        // A member with claims but no Lease counts as unchanged since first seen so.
+        for member in claims.members() {
+            records.entry(member.to_owned()).or_insert_with(|| Record {
+                holder: Some(member.to_owned()),
+                duration,
+                version: None,
+            });
+        }
+        let previous = std::mem::take(&mut seen.leases);
+        let mut live = Vec::new();
+        let mut expired = BTreeSet::new();
+        for (member, record) in records {
+            let observed = Observed::update(previous.get(&member).cloned(), record, now);
+            let held = observed.record.holder.is_some();
+            let fresh = now < observed.since + observed.record.duration;
+            if member == self.identity {
+                if self.fence.allows(now) {
+                    live.push(member.clone());
+                }
+            } else if held && fresh {
+                live.push(member.clone());
+            } else {
+                // Released, or unchanged for its duration on this member's clock.
+                expired.insert(member.clone());
+            }
+            seen.leases.insert(member, observed);
+        }
+        live.sort();
+        seen.live.clone_from(&live);
+        Ok((live, expired))
+    }
+
+    /// The ranges in which handlers of this member still run or stop.
+    fn busy(&self) -> RangeSet {
+        let mut busy = RangeSet::default();
+        for follower in self.followers.get().into_iter().flatten() {
+            for uid in follower.busy_uids() {
+                busy.insert(super::ranges::shard_of(&uid));
+            }
+        }
+        busy
+    }
+
+    /// Writes the claims, guarded by the version of `group` as read.
+    async fn write_claims(&self, mut group: Lease, claims: &Claims) -> Result<(), kube::Error> {
+        if !self.fence.allows(Instant::now()) {
+            return Ok(()); // lapsed meanwhile: the next round confirms again
+        }
+        group
+            .metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(CLAIMS_ANNOTATION.to_owned(), claims.render());
+        let name = self.settings.lease.name.clone();
+        self.api
+            .replace(&name, &PostParams::default(), &group)
+            .await?;
+        Ok(())
+    }
+
+    /// Serves `ranges` from now on (the kinds follow).
+    fn serve(&self, ranges: RangeSet) {
+        if **self.serving.borrow() == ranges {
+            return;
+        }
+        info!(identity = %self.identity, ranges = %ranges, held = ranges.len(),
+            of = SHARD_RANGES, "sharding: this member serves new ranges");
+        self.serving.send_replace(Arc::new(ranges));
+    }
+
+    /// At shutdown, before the handlers stop: no more claims or releases until [`release`](Self::release).
+    pub(crate) fn retire(&self) {
+        self.retiring.store(true, Ordering::SeqCst);
+    }
+
+    /// After the handlers have stopped: gives up this member's claims and its Lease, so that
+    /// the others take its ranges at their next round instead of after the lease duration.
+    ///
+    /// # Cancellation safety
+    /// Dropping the future may leave the claims or the Lease released or not (they expire).
+    pub(crate) async fn release(&self) {
+        let deadline = self.settings.lease.renew_deadline;
+        match tokio::time::timeout(deadline, self.release_claims()).await {
+            Ok(Ok(true)) => {}
+            Ok(Ok(false)) | Err(_) => {
+                warn!(
+                    "sharding: could not release the claims; they pass on when the Lease expires"
+                );
+                return;
+            }
+            Ok(Err(err)) => {
+                warn!(error = %err, "sharding: cannot release the claims; they pass on when the Lease expires");
+                return;
+            }
+        }
+        let Some(own) = lock(&self.seen).own.clone() else {
+            return;
+        };
+        let free = released(&own, Timestamp::now());
+        let name = self.own_name.clone();
+        match tokio::time::timeout(
+            deadline,
+            self.api.replace(&name, &PostParams::default(), &free),
+        )
+        .await
+        {
+            Ok(Ok(_)) => info!(lease = %name, "sharding: released this member's ranges and Lease"),
+            Ok(Err(err)) => {
+                warn!(error = %err, "sharding: cannot release the Lease; it expires instead")
+            }
+            Err(_) => warn!("sharding: releasing the Lease timed out; it expires instead"),
+        }
+    }
+
+    /// Removes this member's claims (a few tries on conflicts); `Ok(false)` if it could not.
+    async fn release_claims(&self) -> Result<bool, kube::Error> {
+        for _attempt in 0..5 {
+            if !self.fence.allows(Instant::now()) {
+                return Ok(false);
+            }
+            let Some((group, mut claims)) = self.claims().await? else {
+                return Ok(false);
+            };
+            if claims.held_by(&self.identity).is_empty() {
+                return Ok(true);
+            }
+            let mine = claims.held_by(&self.identity);
+            claims.release(&self.identity, &mine);
+            self.serve(RangeSet::default());
+            match self.write_claims(group, &claims).await {
+                Ok(()) => return Ok(true),
+                Err(kube::Error::Api(status)) if status.code == 409 => {}
+                Err(err) => return Err(err),
+            }
+        }
+        Ok(false)
+    }
+}
+
+/// The name of a member's Lease: `<group>-<identity>`, made a valid object name (a hash keeps
+/// it unique when characters had to be replaced or it had to be shortened).
+pub(crate) fn member_lease_name(group: &str, identity: &str) -> String {
+    let raw = format!("{group}-{identity}");
+    let clean: String = raw
+        .chars()
+        .map(|c| match c {
+            'a'..='z' | '0'..='9' | '-' | '.' => c,
+            'A'..='Z' => c.to_ascii_lowercase(),
+            _ => '-',
+        })
+        .collect();
+    if clean == raw && raw.len() <= 200 {
+        return raw;
+    }
+    let hash = crate::core::hash::fnv64(identity.as_bytes());
+    let head: String = clean.chars().take(180).collect();
+    format!("{}-{hash:016x}", head.trim_end_matches(['-', '.']))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn member_lease_names_are_valid_and_unique() {
+        assert_eq!(member_lease_name("g", "pod-a"), "g-pod-a");
+        let upper = member_lease_name("g", "Pod_A");
+        let lower = member_lease_name("g", "pod-a");
+        assert_ne!(upper, lower);
+        assert!(upper.starts_with("g-pod-a-"), "{upper}");
+        let long = member_lease_name("g", &"x".repeat(300));
+        assert!(long.len() <= 253, "{}", long.len());
+    }
+}
