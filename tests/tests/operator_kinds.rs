@@ -17,7 +17,6 @@ use kube::{CustomResource, CustomResourceExt as _};
 use operator_common::*;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 /// A resource whose CRD is installed only in the middle of a test. Its status schema declares
 /// `phase` only, so a handler's result under `status.<id>` would be pruned.
@@ -253,27 +252,6 @@ async fn every_kind_shares_one_cap_on_blocking_threads() -> anyhow::Result<()> {
     op.shutdown().await;
     ns.cleanup().await?;
     Ok(())
-}
-
-/// `GET path` over plain HTTP/1.0; the status code and body.
-async fn probe(addr: std::net::SocketAddr, path: &str) -> anyhow::Result<(u16, String)> {
-    let mut stream = tokio::net::TcpStream::connect(addr).await?;
-    stream
-        .write_all(format!("GET {path} HTTP/1.0\r\nHost: probe\r\n\r\n").as_bytes())
-        .await?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await?;
-    let code = response
-        .split_whitespace()
-        .nth(1)
-        .unwrap_or_default()
-        .parse()?;
-    let body = response
-        .split("\r\n\r\n")
-        .nth(1)
-        .unwrap_or_default()
-        .to_owned();
-    Ok((code, body))
 }
 
 #[tokio::test]

@@ -53,6 +53,7 @@ async fn member(
 ) -> anyhow::Result<Operator> {
     Ok(operator(ns, &["shard-daemon"])
         .await?
+        .health_addr(([127, 0, 0, 1], 0).into())
         .data(journal.clone())
         .data(Member(name))
         .sharding(sharding(ns, name, mode))
@@ -132,6 +133,15 @@ async fn split_and_hand_over(mode: ShardWatch) -> anyhow::Result<()> {
         ShardWatch::Server
     };
     assert_eq!(b_stats.watch, Some(used));
+    let b_objects = uids
+        .values()
+        .filter(|uid| expected_owner(uid) == "b")
+        .count();
+    assert_eq!(b_stats.objects, b_objects);
+    let (code, body) = probe(b.health_addr().expect("a probe address"), "/readyz").await?;
+    assert_eq!(code, 200, "{body}");
+    let line = format!("shard member b: ranges 512-1023 (512 of 1024), {b_objects} objects");
+    assert!(body.contains(&line), "{body}");
     for (name, uid) in &uids {
         assert_no_overlap(&journal, name);
         // Positive control: a's objects were not touched, b's moved exactly once.

@@ -476,6 +476,7 @@ impl OperatorBuilder {
             .collect();
         let health = Arc::new(Health {
             kinds: planned.iter().map(|(_, _, h)| h.clone()).collect(),
+            detail: replicas.detail(),
         });
         let probe_stop = CancellationToken::new();
         let health_addr = match options.health_addr {

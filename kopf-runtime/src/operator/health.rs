@@ -104,9 +104,22 @@ impl KindHealth {
 }
 
 /// The health of all kinds.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub(crate) struct Health {
     pub(crate) kinds: Vec<Arc<KindHealth>>,
+    /// A line about this replica's part that `/readyz` adds (a shard member's ranges).
+    pub(crate) detail: Option<Detail>,
+}
+
+/// Describes this replica's part for `/readyz`.
+pub(crate) type Detail = Arc<dyn Fn() -> String + Send + Sync>;
+
+impl std::fmt::Debug for Health {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Health")
+            .field("kinds", &self.kinds)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Health {
@@ -154,7 +167,12 @@ async fn healthz(State(health): State<Arc<Health>>) -> (StatusCode, String) {
 }
 
 async fn readyz(State(health): State<Arc<Health>>) -> (StatusCode, String) {
-    answer(health.ready())
+    let (code, mut body) = answer(health.ready());
+    if let Some(detail) = &health.detail {
+        body.push_str(&detail());
+        body.push('\n');
+    }
+    (code, body)
 }
 
 /// The probe server's limits against slow and large requests. The kubelet sends one small
@@ -278,6 +296,7 @@ mod tests {
         let b = Arc::new(KindHealth::new("b".into(), 1));
         let health = Health {
             kinds: vec![a.clone(), b.clone()],
+            detail: None,
         };
         assert_eq!(health.ready(), Err("initial list not done: a, b".into()));
         a.list_done();

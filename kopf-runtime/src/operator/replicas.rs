@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::election::fence::Fence;
 use super::election::{Elector, LeaderElection, Leadership, Role};
+use super::health::Detail;
 use super::scope::{Follower, follow};
 use super::shard::member::Member;
 use super::shard::{Membership, ShardWatch, Sharding};
@@ -109,6 +110,17 @@ impl Replicas {
     pub(crate) fn leadership(&self) -> Option<Leadership> {
         match self {
             Self::Elected(elector) => Some(elector.leadership()),
+            _ => None,
+        }
+    }
+
+    /// What `/readyz` adds: a member's ranges and objects.
+    pub(crate) fn detail(&self) -> Option<Detail> {
+        match self {
+            Self::Sharded(member) => {
+                let member = member.clone();
+                Some(Arc::new(move || member.membership().to_string()))
+            }
             _ => None,
         }
     }

@@ -50,6 +50,8 @@ pub(crate) trait Follower: Send + Sync {
     fn serve(self: Arc<Self>, scope: Scope);
     /// The UIDs of the objects whose handlers still run or stop.
     fn busy_uids(&self) -> Vec<Arc<str>>;
+    /// How many objects it serves now.
+    fn served(&self) -> usize;
 }
 
 /// Makes every follower serve what `scope_of` makes of each value of `source` (a role, or a

@@ -275,3 +275,25 @@ impl Logs {
             .collect()
     }
 }
+
+/// `GET path` over plain HTTP/1.0; the status code and body.
+pub async fn probe(addr: std::net::SocketAddr, path: &str) -> anyhow::Result<(u16, String)> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: probe\r\n\r\n").as_bytes())
+        .await?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await?;
+    let code = response
+        .split_whitespace()
+        .nth(1)
+        .unwrap_or_default()
+        .parse()?;
+    let body = response
+        .split("\r\n\r\n")
+        .nth(1)
+        .unwrap_or_default()
+        .to_owned();
+    Ok((code, body))
+}

@@ -436,6 +436,11 @@ impl Follower for KindState {
     fn busy_uids(&self) -> Vec<Arc<str>> {
         self.supervisor.busy_uids()
     }
+
+    fn served(&self) -> usize {
+        let uids = self.records.uids();
+        uids.iter().filter(|uid| self.covers(uid)).count()
+    }
 }
 
 impl RunJob for KindState {

@@ -116,6 +116,13 @@ impl Member {
             members: lock(&self.seen).live.clone(),
             ranges: ranges.to_string(),
             held: ranges.len(),
+            objects: self
+                .followers
+                .get()
+                .into_iter()
+                .flatten()
+                .map(|f| f.served())
+                .sum(),
             watch: self.mode.get().copied(),
         }
     }

@@ -142,7 +142,34 @@ pub struct Membership {
     pub ranges: String,
     /// How many ranges it serves.
     pub held: usize,
+    /// How many objects it serves (of every kind).
+    pub objects: usize,
     /// How its watches get its share: [`ShardWatch::Server`] or [`ShardWatch::ClientSide`]
     /// (`None` until a kind's watch has started).
     pub watch: Option<ShardWatch>,
+}
+
+impl std::fmt::Display for Membership {
+    /// One line for logs and `/readyz`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ranges = if self.ranges.is_empty() {
+            "none"
+        } else {
+            &self.ranges
+        };
+        write!(
+            f,
+            "shard member {}: ranges {ranges} ({} of {}), {} objects, members {}, watch {}",
+            self.identity,
+            self.held,
+            ranges::SHARD_RANGES,
+            self.objects,
+            self.members.join(","),
+            match self.watch {
+                Some(ShardWatch::Server) => "server-side",
+                Some(ShardWatch::ClientSide) => "client-side",
+                Some(ShardWatch::Auto) | None => "not started",
+            }
+        )
+    }
 }
