@@ -2,31 +2,25 @@
 //! which members live, and plans (see `claims.rs`); the ranges it may serve go to the resource
 //! kinds through a watch channel.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::jiff::Timestamp;
 use kube::Client;
-use kube::api::{Api, ListParams, ObjectMeta, PostParams};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::claims::{CLAIMS_ANNOTATION, Claims, Plan, Round, plan};
+use super::claims::{Claims, Plan, Round, plan};
+use super::leases::GroupLeases;
 use super::ranges::{RangeSet, SHARD_RANGES};
 use super::{Membership, ShardWatch, Sharding};
 use crate::core::sync::lock;
 use crate::operator::election::fence::Fence;
-use crate::operator::election::lease::{Observed, Record, claimed, released};
+use crate::operator::election::lease::Observed;
 use crate::operator::scope::{Follower, Scope};
-
-/// The label that marks a member's Lease, with the group's name as its value.
-pub(crate) const GROUP_LABEL: &str = "kopf.dev/shard-group";
-/// The annotation of a member's Lease that names the member (its holder is cleared on release).
-const MEMBER_ANNOTATION: &str = "kopf.dev/shard-member";
 
 /// What a member has seen.
 #[derive(Debug, Default)]
@@ -45,8 +39,7 @@ struct Seen {
 pub(crate) struct Member {
     settings: Sharding,
     identity: String,
-    api: Api<Lease>,
-    own_name: String,
+    leases: GroupLeases,
     /// The fence of the operator's own client.
     pub(crate) fence: Arc<Fence>,
     /// The ranges served now.
@@ -69,12 +62,18 @@ impl std::fmt::Debug for Member {
 impl Member {
     pub(crate) fn new(settings: Sharding, client: Client, fence: Arc<Fence>) -> Self {
         let identity = settings.lease.resolved_identity();
-        let own_name = member_lease_name(&settings.lease.name, &identity);
+        let lease = &settings.lease;
+        let leases = GroupLeases::new(
+            client,
+            &lease.namespace,
+            &lease.name,
+            &identity,
+            lease.lease_duration,
+        );
         Self {
-            api: Api::namespaced(client, &settings.lease.namespace),
+            leases,
             settings,
             identity,
-            own_name,
             fence,
             serving: watch::Sender::new(Arc::new(RangeSet::default())),
             followers: OnceLock::new(),
@@ -188,7 +187,15 @@ impl Member {
             return Ok(());
         };
         let (live, expired) = self.members(&claims).await?;
-        let serving = self.serving.borrow().clone();
+        let mut serving = self.serving.borrow().clone();
+        let held = claims.held_by(&self.identity);
+        if !serving.minus(&held).is_empty() {
+            // Only an edited or deleted group Lease takes ranges away from a valid member.
+            warn!(identity = %self.identity, lost = %serving.minus(&held),
+                "sharding: the claims no longer show ranges this member serves: stopping them");
+            self.serve(serving.intersection(&held));
+            serving = self.serving.borrow().clone();
+        }
         let confirm = !lock(&self.seen).confirmed;
         let quiet = if self.retiring.load(Ordering::SeqCst) {
             RangeSet::default() // nothing is released or claimed while exiting
@@ -212,10 +219,11 @@ impl Member {
             return Ok(());
         };
         match self.write_claims(group, &next).await {
-            Ok(()) => {
+            Ok(true) => {
                 lock(&self.seen).confirmed = true;
                 self.serve(serve);
             }
+            Ok(false) => {} // lapsed: the validity check stops everything
             Err(kube::Error::Api(status)) if status.code == 409 => {
                 debug!("sharding: the claims changed meanwhile; planning again");
                 if !confirm {
@@ -232,40 +240,10 @@ impl Member {
         Ok(())
     }
 
-    /// Renews (or creates) this member's Lease; `Ok(true)` when it is valid now.
+    /// Renews this member's Lease; `Ok(true)` when it is valid now.
     async fn renew(&self, started: Instant) -> Result<bool, kube::Error> {
-        let duration = self.settings.lease.lease_duration;
-        let written = match self.api.get_opt(&self.own_name).await? {
-            Some(current) => {
-                let lease = claimed(&current, &self.identity, duration, Timestamp::now());
-                self.api
-                    .replace(&self.own_name, &PostParams::default(), &lease)
-                    .await
-            }
-            None => {
-                let lease = Lease {
-                    metadata: ObjectMeta {
-                        name: Some(self.own_name.clone()),
-                        labels: Some(BTreeMap::from([(
-                            GROUP_LABEL.to_owned(),
-                            self.settings.lease.name.clone(),
-                        )])),
-                        annotations: Some(BTreeMap::from([(
-                            MEMBER_ANNOTATION.to_owned(),
-                            self.identity.clone(),
-                        )])),
-                        ..ObjectMeta::default()
-                    },
-                    spec: None,
-                };
-                let lease = claimed(&lease, &self.identity, duration, Timestamp::now());
-                self.api.create(&PostParams::default(), &lease).await
-            }
-        };
-        let written = match written {
-            Ok(lease) => lease,
-            Err(kube::Error::Api(status)) if status.code == 409 => return Ok(false),
-            Err(err) => return Err(err),
+        let Some(written) = self.leases.renew().await? else {
+            return Ok(false);
         };
         let until = started + self.settings.lease.renew_deadline;
         if until <= Instant::now() {
@@ -279,74 +257,27 @@ impl Member {
         Ok(true)
     }
 
-    /// The group's Lease and its claims (created when missing; `None` when unreadable).
+    /// The group's Lease and its claims (`None`: just created by another member, or
+    /// unreadable).
     async fn claims(&self) -> Result<Option<(Lease, Claims)>, kube::Error> {
-        let name = &self.settings.lease.name;
-        let group = match self.api.get_opt(name).await? {
-            Some(group) => group,
-            None => {
-                let lease = Lease {
-                    metadata: ObjectMeta {
-                        name: Some(name.clone()),
-                        ..ObjectMeta::default()
-                    },
-                    spec: None,
-                };
-                match self.api.create(&PostParams::default(), &lease).await {
-                    Ok(group) => group,
-                    Err(kube::Error::Api(status)) if status.code == 409 => return Ok(None),
-                    Err(err) => return Err(err),
-                }
-            }
-        };
-        let text = group
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(CLAIMS_ANNOTATION));
-        match Claims::parse(text.map(String::as_str)) {
-            Ok(claims) => Ok(Some((group, claims))),
+        match self.leases.claims().await? {
+            Ok(found) => Ok(found),
             Err(err) => {
-                warn!(lease = %name, error = %err,
+                warn!(lease = %self.settings.lease.name, error = %err,
                     "sharding: cannot read the group's claims; serving nothing new until fixed");
                 Ok(None)
             }
         }
     }
 
-    /// Reads the members' Leases: the live members (sorted) and the expired ones among those
-    /// with claims.
+    /// Reads the members' Leases: the live members (sorted) and the expired ones.
     async fn members(
         &self,
         claims: &Claims,
     ) -> Result<(Vec<String>, BTreeSet<String>), kube::Error> {
-        let selector = format!("{GROUP_LABEL}={}", self.settings.lease.name);
-        let list = self
-            .api
-            .list(&ListParams::default().labels(&selector))
-            .await?;
+        let records = self.leases.records(claims).await?;
         let now = Instant::now();
-        let duration = self.settings.lease.lease_duration;
         let mut seen = lock(&self.seen);
-        let mut records: HashMap<String, Record> = HashMap::new();
-        for lease in &list.items {
-            let member = lease
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(MEMBER_ANNOTATION));
-            if let Some(member) = member {
-                records.insert(member.clone(), Record::of(lease));
-            }
-        }
-        // A member with claims but no Lease counts as unchanged since first seen so.
-        for member in claims.members() {
-            records.entry(member.to_owned()).or_insert_with(|| Record {
-                holder: Some(member.to_owned()),
-                duration,
-                version: None,
-            });
-        }
         let previous = std::mem::take(&mut seen.leases);
         let mut live = Vec::new();
         let mut expired = BTreeSet::new();
@@ -371,6 +302,16 @@ impl Member {
         Ok((live, expired))
     }
 
+    /// Writes the claims, guarded by the version of `group` as read; `Ok(false)` if this
+    /// member's validity lapsed meanwhile (nothing sent).
+    async fn write_claims(&self, group: Lease, claims: &Claims) -> Result<bool, kube::Error> {
+        if !self.fence.allows(Instant::now()) {
+            return Ok(false);
+        }
+        self.leases.write_claims(group, claims).await?;
+        Ok(true)
+    }
+
     /// The ranges in which handlers of this member still run or stop.
     fn busy(&self) -> RangeSet {
         let mut busy = RangeSet::default();
@@ -380,23 +321,6 @@ impl Member {
             }
         }
         busy
-    }
-
-    /// Writes the claims, guarded by the version of `group` as read.
-    async fn write_claims(&self, mut group: Lease, claims: &Claims) -> Result<(), kube::Error> {
-        if !self.fence.allows(Instant::now()) {
-            return Ok(()); // lapsed meanwhile: the next round confirms again
-        }
-        group
-            .metadata
-            .annotations
-            .get_or_insert_with(BTreeMap::new)
-            .insert(CLAIMS_ANNOTATION.to_owned(), claims.render());
-        let name = self.settings.lease.name.clone();
-        self.api
-            .replace(&name, &PostParams::default(), &group)
-            .await?;
-        Ok(())
     }
 
     /// Serves `ranges` from now on (the kinds follow).
@@ -437,14 +361,8 @@ impl Member {
         let Some(own) = lock(&self.seen).own.clone() else {
             return;
         };
-        let free = released(&own, Timestamp::now());
-        let name = self.own_name.clone();
-        match tokio::time::timeout(
-            deadline,
-            self.api.replace(&name, &PostParams::default(), &free),
-        )
-        .await
-        {
+        let name = self.leases.own_name();
+        match tokio::time::timeout(deadline, self.leases.release(&own)).await {
             Ok(Ok(_)) => info!(lease = %name, "sharding: released this member's ranges and Lease"),
             Ok(Err(err)) => {
                 warn!(error = %err, "sharding: cannot release the Lease; it expires instead")
@@ -469,47 +387,11 @@ impl Member {
             claims.release(&self.identity, &mine);
             self.serve(RangeSet::default());
             match self.write_claims(group, &claims).await {
-                Ok(()) => return Ok(true),
+                Ok(written) => return Ok(written),
                 Err(kube::Error::Api(status)) if status.code == 409 => {}
                 Err(err) => return Err(err),
             }
         }
         Ok(false)
-    }
-}
-
-/// The name of a member's Lease: `<group>-<identity>`, made a valid object name (a hash keeps
-/// it unique when characters had to be replaced or it had to be shortened).
-pub(crate) fn member_lease_name(group: &str, identity: &str) -> String {
-    let raw = format!("{group}-{identity}");
-    let clean: String = raw
-        .chars()
-        .map(|c| match c {
-            'a'..='z' | '0'..='9' | '-' | '.' => c,
-            'A'..='Z' => c.to_ascii_lowercase(),
-            _ => '-',
-        })
-        .collect();
-    if clean == raw && raw.len() <= 200 {
-        return raw;
-    }
-    let hash = crate::core::hash::fnv64(identity.as_bytes());
-    let head: String = clean.chars().take(180).collect();
-    format!("{}-{hash:016x}", head.trim_end_matches(['-', '.']))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn member_lease_names_are_valid_and_unique() {
-        assert_eq!(member_lease_name("g", "pod-a"), "g-pod-a");
-        let upper = member_lease_name("g", "Pod_A");
-        let lower = member_lease_name("g", "pod-a");
-        assert_ne!(upper, lower);
-        assert!(upper.starts_with("g-pod-a-"), "{upper}");
-        let long = member_lease_name("g", &"x".repeat(300));
-        assert!(long.len() <= 253, "{}", long.len());
     }
 }

@@ -15,6 +15,7 @@
 //! ```
 
 pub(crate) mod claims;
+pub(crate) mod leases;
 pub(crate) mod member;
 pub(crate) mod ranges;
 pub(crate) mod selector;

@@ -1,0 +1,229 @@
+//! The Leases of a sharded group as one member reads and writes them: its own Lease
+//! (`<group>-<identity>`, labelled with the group), the other members' Leases, and the group's
+//! Lease whose annotation holds the claims. Every write is guarded by the `resourceVersion`
+//! that was read.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::jiff::Timestamp;
+use kube::Client;
+use kube::api::{Api, ListParams, ObjectMeta, PostParams};
+
+use super::claims::{CLAIMS_ANNOTATION, Claims};
+use crate::operator::election::lease::{Record, claimed, released};
+
+/// The label that marks a member's Lease, with the group's name as its value.
+pub(crate) const GROUP_LABEL: &str = "kopf.dev/shard-group";
+/// The annotation of a member's Lease that names the member (its holder is cleared on release).
+const MEMBER_ANNOTATION: &str = "kopf.dev/shard-member";
+
+/// One member's access to its group's Leases.
+#[derive(Clone)]
+pub(crate) struct GroupLeases {
+    api: Api<Lease>,
+    group: String,
+    identity: String,
+    own_name: String,
+    duration: Duration,
+}
+
+impl std::fmt::Debug for GroupLeases {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GroupLeases")
+            .field("group", &self.group)
+            .field("own_name", &self.own_name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl GroupLeases {
+    pub(crate) fn new(
+        client: Client,
+        namespace: &str,
+        group: &str,
+        identity: &str,
+        duration: Duration,
+    ) -> Self {
+        Self {
+            api: Api::namespaced(client, namespace),
+            group: group.to_owned(),
+            identity: identity.to_owned(),
+            own_name: member_lease_name(group, identity),
+            duration,
+        }
+    }
+
+    /// Renews (or creates) this member's Lease; `None` on a conflict (another writer).
+    ///
+    /// # Cancellation safety
+    /// Dropping the future may or may not leave the Lease renewed.
+    pub(crate) async fn renew(&self) -> Result<Option<Lease>, kube::Error> {
+        let written = match self.api.get_opt(&self.own_name).await? {
+            Some(current) => {
+                let lease = claimed(&current, &self.identity, self.duration, Timestamp::now());
+                self.api
+                    .replace(&self.own_name, &PostParams::default(), &lease)
+                    .await
+            }
+            None => {
+                let lease = Lease {
+                    metadata: ObjectMeta {
+                        name: Some(self.own_name.clone()),
+                        labels: Some(BTreeMap::from([(
+                            GROUP_LABEL.to_owned(),
+                            self.group.clone(),
+                        )])),
+                        annotations: Some(BTreeMap::from([(
+                            MEMBER_ANNOTATION.to_owned(),
+                            self.identity.clone(),
+                        )])),
+                        ..ObjectMeta::default()
+                    },
+                    spec: None,
+                };
+                let lease = claimed(&lease, &self.identity, self.duration, Timestamp::now());
+                self.api.create(&PostParams::default(), &lease).await
+            }
+        };
+        match written {
+            Ok(lease) => Ok(Some(lease)),
+            Err(kube::Error::Api(status)) if status.code == 409 => Ok(None),
+            Err(err) => Err(err),
+        }
+    }
+
+    /// The group's Lease (created when missing) and its claims: `Ok(Ok(None))` when another
+    /// member created it at the same moment, `Ok(Err(why))` when its annotation is not valid.
+    ///
+    /// # Cancellation safety
+    /// Dropping the future may or may not leave the group's Lease created.
+    pub(crate) async fn claims(
+        &self,
+    ) -> Result<Result<Option<(Lease, Claims)>, String>, kube::Error> {
+        let group = match self.api.get_opt(&self.group).await? {
+            Some(group) => group,
+            None => {
+                let lease = Lease {
+                    metadata: ObjectMeta {
+                        name: Some(self.group.clone()),
+                        ..ObjectMeta::default()
+                    },
+                    spec: None,
+                };
+                match self.api.create(&PostParams::default(), &lease).await {
+                    Ok(group) => group,
+                    Err(kube::Error::Api(status)) if status.code == 409 => return Ok(Ok(None)),
+                    Err(err) => return Err(err),
+                }
+            }
+        };
+        let text = (group.metadata.annotations.as_ref()).and_then(|a| a.get(CLAIMS_ANNOTATION));
+        Ok(Claims::parse(text.map(String::as_str)).map(|claims| Some((group, claims))))
+    }
+
+    /// What each member's Lease says, by member: every Lease of the group, and a stand-in for
+    /// each member with claims but no Lease (held, unchanged from when first seen so).
+    ///
+    /// # Cancellation safety
+    /// Cancel-safe: it only reads.
+    pub(crate) async fn records(
+        &self,
+        claims: &Claims,
+    ) -> Result<HashMap<String, Record>, kube::Error> {
+        let selector = format!("{GROUP_LABEL}={}", self.group);
+        let list = self
+            .api
+            .list(&ListParams::default().labels(&selector))
+            .await?;
+        let mut records = HashMap::new();
+        for lease in &list.items {
+            let member =
+                (lease.metadata.annotations.as_ref()).and_then(|a| a.get(MEMBER_ANNOTATION));
+            if let Some(member) = member {
+                records.insert(member.clone(), Record::of(lease));
+            }
+        }
+        for member in claims.members() {
+            records.entry(member.to_owned()).or_insert_with(|| Record {
+                holder: Some(member.to_owned()),
+                duration: self.duration,
+                version: None,
+            });
+        }
+        Ok(records)
+    }
+
+    /// Writes the claims into the group's Lease, guarded by the version of `group` as read
+    /// (409 if another member wrote meanwhile).
+    ///
+    /// # Cancellation safety
+    /// Dropping the future may or may not leave the claims written.
+    pub(crate) async fn write_claims(
+        &self,
+        mut group: Lease,
+        claims: &Claims,
+    ) -> Result<(), kube::Error> {
+        (group.metadata.annotations.get_or_insert_with(BTreeMap::new))
+            .insert(CLAIMS_ANNOTATION.to_owned(), claims.render());
+        self.api
+            .replace(&self.group, &PostParams::default(), &group)
+            .await?;
+        Ok(())
+    }
+
+    /// Releases this member's Lease as last written (no holder): the others see the member
+    /// gone at their next round.
+    ///
+    /// # Cancellation safety
+    /// Dropping the future may or may not leave the Lease released (it then expires).
+    pub(crate) async fn release(&self, own: &Lease) -> Result<(), kube::Error> {
+        let free = released(own, Timestamp::now());
+        self.api
+            .replace(&self.own_name, &PostParams::default(), &free)
+            .await?;
+        Ok(())
+    }
+
+    /// The name of this member's Lease.
+    pub(crate) fn own_name(&self) -> &str {
+        &self.own_name
+    }
+}
+
+/// The name of a member's Lease: `<group>-<identity>`, made a valid object name (a hash keeps
+/// it unique when characters had to be replaced or it had to be shortened).
+pub(crate) fn member_lease_name(group: &str, identity: &str) -> String {
+    let raw = format!("{group}-{identity}");
+    let clean: String = raw
+        .chars()
+        .map(|c| match c {
+            'a'..='z' | '0'..='9' | '-' | '.' => c,
+            'A'..='Z' => c.to_ascii_lowercase(),
+            _ => '-',
+        })
+        .collect();
+    if clean == raw && raw.len() <= 200 {
+        return raw;
+    }
+    let hash = crate::core::hash::fnv64(identity.as_bytes());
+    let head: String = clean.chars().take(180).collect();
+    format!("{}-{hash:016x}", head.trim_end_matches(['-', '.']))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn member_lease_names_are_valid_and_unique() {
+        assert_eq!(member_lease_name("g", "pod-a"), "g-pod-a");
+        let upper = member_lease_name("g", "Pod_A");
+        let lower = member_lease_name("g", "pod-a");
+        assert_ne!(upper, lower);
+        assert!(upper.starts_with("g-pod-a-"), "{upper}");
+        let long = member_lease_name("g", &"x".repeat(300));
+        assert!(long.len() <= 253, "{}", long.len());
+    }
+}
