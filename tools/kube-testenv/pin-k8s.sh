@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Regenerates go.mod/go.sum for a Kubernetes release: pins k8s.io/kubernetes, maps every staging
-# module it requires at v0.0.0 to the published v0.X.Y, and declares kube-apiserver and etcd
-# (the etcd version that Kubernetes release requires) as Go tool dependencies.
+# module it requires at v0.0.0 to the published v0.X.Y, and declares kube-apiserver,
+# kube-controller-manager, kubectl and etcd (the etcd version that Kubernetes release requires)
+# as Go tool dependencies.
 # Usage: tools/kube-testenv/pin-k8s.sh 1.37.2
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -23,5 +24,6 @@ go mod edit -require="k8s.io/kubernetes@v$V"
 go get -tool "k8s.io/kubernetes/cmd/kube-apiserver@v$V"
 go get -tool "go.etcd.io/etcd/server/v3@$ETCD"
 go get -tool "k8s.io/kubernetes/cmd/kube-controller-manager@v$V"
+go get -tool "k8s.io/kubernetes/cmd/kubectl@v$V"
 go mod tidy
 echo "pinned k8s.io/kubernetes v$V, staging $SV, etcd $ETCD, go $GOV"
