@@ -1,0 +1,145 @@
+//! Level 3: the real operator against a real API server — the cluster of `KUBECONFIG` (kind,
+//! k3d, or the kopf-rs repository's `tools/kube-testenv`). Each test runs the operator
+//! in-process on a namespace of its own, drives it through the API, and waits for what should
+//! happen, with a deadline. Without a cluster these tests fail and say so.
+
+use std::future::Future;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kopf_runtime::testing::{LiveOperator, Outcome};
+use kopf_runtime::{Operator, Registry};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, CustomResourceExt as _};
+use operator::crd::{Backup, BackupSpec};
+use serde_json::json;
+
+/// How long anything the operator does may take, with slack for a busy machine.
+const PROMPTLY: Duration = Duration::from_secs(30);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_backs_up_watches_and_lets_go_on_deletion() -> anyhow::Result<()> {
+    let client = cluster().await?;
+    install_crd(&client).await?;
+    let ns = create_namespace(&client, "watch-and-back-up").await?;
+    let builder = Operator::builder()
+        .name("operator-test")
+        .client(client.clone())
+        .namespaces([ns.as_str()])
+        .registry(&Registry::from_inventory()?)
+        .shutdown_timeout(Duration::from_secs(10));
+    let mut operator = LiveOperator::start(builder).await?; // ready, or an error naming the kind
+
+    let backups: Api<Backup> = Api::namespaced(client.clone(), &ns);
+    let spec = BackupSpec {
+        bucket: "s3://b".to_owned(),
+        items: vec!["orders".to_owned()],
+    };
+    backups
+        .create(&PostParams::default(), &Backup::new("nightly", spec))
+        .await?;
+
+    // The timer's first run, as the operator saw it, and its result as the API server keeps it.
+    let outcome = operator
+        .wait_for(PROMPTLY, |o| {
+            o.handler() == "back_up" && o.name() == "nightly"
+        })
+        .await;
+    assert!(
+        matches!(outcome, Some(Outcome::Succeeded { .. })),
+        "{outcome:?}"
+    );
+    wait_until("status.back_up", || async {
+        let status = backups.get("nightly").await.ok().and_then(|b| b.status);
+        status.is_some_and(|s| s.0.get("back_up") == Some(&json!({"bucket": "s3://b", "items": 1})))
+    })
+    .await?;
+
+    // The daemon's Event.
+    let events: Api<Event> = Api::namespaced(client.clone(), &ns);
+    wait_until("the Watching event", || async {
+        let list = events.list(&ListParams::default()).await;
+        list.is_ok_and(|l| {
+            l.items
+                .iter()
+                .any(|e| e.reason.as_deref() == Some("Watching"))
+        })
+    })
+    .await?;
+
+    // Deletion waits for the daemon, and no longer: the finalizer goes when it has stopped.
+    backups.delete("nightly", &DeleteParams::default()).await?;
+    wait_until("the backup to be gone", || async {
+        matches!(backups.get_opt("nightly").await, Ok(None))
+    })
+    .await?;
+
+    operator.stop().await;
+    delete_namespace(&client, &ns).await
+}
+
+/// The client of `KUBECONFIG` (or of the pod's service account), with a clear error without one.
+async fn cluster() -> anyhow::Result<Client> {
+    Client::try_default().await.context(
+        "no cluster for the level-3 tests: set KUBECONFIG (kind, k3d, or the kopf-rs \
+         repository's tools/kube-testenv/start.sh), or run only `cargo test --test handlers \
+         --test simulation`",
+    )
+}
+
+/// Installs (server-side applies) the CRD and waits until the API server serves it.
+async fn install_crd(client: &Client) -> anyhow::Result<()> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd = Backup::crd();
+    let name = crd.metadata.name.clone().unwrap_or_default();
+    let params = PatchParams::apply("operator-test").force();
+    crds.patch(&name, &params, &Patch::Apply(&crd)).await?;
+    wait_until("the CRD to be established", || async {
+        let crd = crds.get(&name).await.ok();
+        let conditions = crd.and_then(|c| c.status).and_then(|s| s.conditions);
+        conditions.is_some_and(|c| {
+            c.iter()
+                .any(|c| c.type_ == "Established" && c.status == "True")
+        })
+    })
+    .await
+}
+
+/// A new namespace for one test, named after it.
+async fn create_namespace(client: &Client, test: &str) -> anyhow::Result<String> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .subsec_nanos();
+    let name = format!("test-{test}-{nanos:x}");
+    let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": name}}))?;
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &namespace)
+        .await?;
+    Ok(name)
+}
+
+async fn delete_namespace(client: &Client, name: &str) -> anyhow::Result<()> {
+    Api::<Namespace>::all(client.clone())
+        .delete(name, &DeleteParams::default())
+        .await?;
+    Ok(())
+}
+
+/// Waits until `condition` holds, at most [`PROMPTLY`]: never a fixed sleep.
+async fn wait_until<F, Fut>(what: &str, condition: F) -> anyhow::Result<()>
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + PROMPTLY;
+    while !condition().await {
+        if tokio::time::Instant::now() > deadline {
+            bail!("{what}: not within {PROMPTLY:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}

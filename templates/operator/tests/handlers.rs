@@ -1,0 +1,43 @@
+//! Level 1: the handlers as functions. `#[daemon]` and `#[timer]` leave a function as it is,
+//! so a test calls it with the values the operator would inject. No cluster, no waiting.
+
+use std::sync::Arc;
+
+use kopf_runtime::{ErrorKind, Registry};
+use operator::crd::{Backup, BackupSpec};
+use operator::handlers::{Copied, RETRY_UNCONFIGURED, back_up};
+
+fn backup(bucket: &str, items: &[&str]) -> Arc<Backup> {
+    let spec = BackupSpec {
+        bucket: bucket.to_owned(),
+        items: items.iter().map(|&item| item.to_owned()).collect(),
+    };
+    Arc::new(Backup::new("nightly", spec))
+}
+
+#[tokio::test]
+async fn a_backup_copies_its_items_to_its_bucket() {
+    let copied = back_up(backup("s3://b", &["orders", "customers"]))
+        .await
+        .unwrap();
+    let expected = Copied {
+        bucket: "s3://b".to_owned(),
+        items: 2,
+    };
+    assert_eq!(copied, expected);
+}
+
+#[tokio::test]
+async fn a_backup_without_a_bucket_fails_and_is_tried_again_later() {
+    let err = back_up(backup("", &["orders"])).await.unwrap_err();
+    let delay = RETRY_UNCONFIGURED;
+    assert_eq!(err.kind(), ErrorKind::Temporary { delay });
+    assert!(err.to_string().contains("nowhere to copy"), "{err}");
+}
+
+#[test]
+fn the_operator_runs_a_daemon_and_a_timer() {
+    let registry = Registry::from_inventory().unwrap();
+    let ids: Vec<&str> = registry.iter().map(|r| r.spec().id).collect();
+    assert_eq!(ids, ["back_up", "watch_bucket"]);
+}
