@@ -1,162 +1,83 @@
-//! The command line shared by the example operators: which namespaces to watch, where to serve
-//! the health probes, and running the operator until SIGINT/SIGTERM.
-//!
-//! Every example binary accepts:
-//!
-//! ```text
-//! --namespace NS   watch only this namespace (repeatable; default: $KOPF_NAMESPACE, else all)
-//! --health ADDR    serve /healthz and /readyz on ADDR, e.g. 0.0.0.0:8080 (default: $KOPF_HEALTH)
-//! --json           log one JSON object per line instead of human-readable lines
-//! --install-crd    install (server-side apply) the example CRDs before starting
-//! --leader-election NAMESPACE/NAME
-//!                  run as one of several replicas, led by the holder of this Lease
-//!                  (default: $KOPF_LEADER_ELECTION; none: a single replica)
-//! ```
+//! The command line shared by the example operators: the operator's own options
+//! ([`kopf_runtime::OperatorArgs`]: namespaces, probes, logging, limits, leader election or
+//! sharding, each with a `KOPF_*` environment fallback) and `--install-crd`. `--help` lists them.
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use kopf_runtime::{LeaderElection, LogFormat, Operator, OperatorBuilder};
+use clap::Parser;
+use kopf_runtime::{Operator, OperatorArgs, OperatorBuilder};
 
 /// The options of an example operator, parsed from the command line and the environment.
 ///
 /// ```
 /// use kopf_examples::cli::ExampleArgs;
 ///
-/// let args = ExampleArgs::parse_from(["--namespace", "demo", "--json"])?;
-/// assert_eq!(args.namespaces, ["demo"]);
-/// assert!(args.json);
+/// let args = ExampleArgs::parse_from(["--namespace", "demo", "--json", "--install-crd"])?;
+/// assert_eq!(args.operator.namespaces, ["demo"]);
+/// assert!(args.install_crd);
 /// assert!(ExampleArgs::parse_from(["--bogus"]).is_err());
 /// let ha = ExampleArgs::parse_from(["--leader-election", "ops/my-operator"])?;
-/// assert_eq!(ha.leader_election, Some(("ops".to_owned(), "my-operator".to_owned())));
+/// assert!(ha.operator.leader_election.is_some());
 /// assert!(ExampleArgs::parse_from(["--leader-election", "no-namespace"]).is_err());
-/// # Ok::<(), anyhow::Error>(())
+/// # Ok::<(), clap::Error>(())
 /// ```
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Parser)]
+#[command(about = "A kopf-rs example operator")]
 pub struct ExampleArgs {
-    /// Namespaces to watch (empty: all).
-    pub namespaces: Vec<String>,
-    /// Where to serve the health probes.
-    pub health: Option<SocketAddr>,
-    /// Log in JSON.
-    pub json: bool,
-    /// Install the example CRDs before starting.
+    /// The operator's options.
+    #[command(flatten)]
+    pub operator: OperatorArgs,
+    /// Install (server-side apply) the example CRDs before starting
+    #[arg(long)]
     pub install_crd: bool,
-    /// The Lease of the leader election, as `(namespace, name)`.
-    pub leader_election: Option<(String, String)>,
 }
 
 impl ExampleArgs {
-    /// Parses the process's arguments, with `$KOPF_NAMESPACE` and `$KOPF_HEALTH` as defaults.
-    ///
-    /// # Errors
-    /// An unknown option, a missing value, or an address that does not parse.
+    /// Parses the process's arguments and environment; on a wrong option, prints the error
+    /// and exits with code 2 (`--help` prints the options and exits with 0).
     ///
     /// ```no_run
-    /// let args = kopf_examples::cli::ExampleArgs::from_env()?;
-    /// # drop(args); Ok::<(), anyhow::Error>(())
+    /// let args = kopf_examples::cli::ExampleArgs::from_env();
+    /// # drop(args);
     /// ```
-    pub fn from_env() -> anyhow::Result<Self> {
-        let mut args = Self::parse_from(std::env::args().skip(1))?;
-        if args.namespaces.is_empty()
-            && let Ok(ns) = std::env::var("KOPF_NAMESPACE")
-            && !ns.is_empty()
-        {
-            args.namespaces.push(ns);
-        }
-        if args.health.is_none()
-            && let Ok(addr) = std::env::var("KOPF_HEALTH")
-            && !addr.is_empty()
-        {
-            args.health = Some(parse_addr(&addr)?);
-        }
-        if args.leader_election.is_none()
-            && let Ok(lease) = std::env::var("KOPF_LEADER_ELECTION")
-            && !lease.is_empty()
-        {
-            args.leader_election = Some(parse_lease(&lease)?);
-        }
-        Ok(args)
+    #[must_use]
+    pub fn from_env() -> Self {
+        Self::parse()
     }
 
-    /// Parses these arguments (without the program name) and nothing else.
+    /// Parses these arguments (without the program name) and the environment.
     ///
     /// # Errors
-    /// As [`from_env`](Self::from_env).
+    /// An unknown option, a missing value, or a value that does not parse.
     ///
     /// ```
     /// let args = kopf_examples::cli::ExampleArgs::parse_from(["--health", "127.0.0.1:8080"])?;
-    /// assert_eq!(args.health, Some(([127, 0, 0, 1], 8080).into()));
-    /// # Ok::<(), anyhow::Error>(())
+    /// assert_eq!(args.operator.health, Some(([127, 0, 0, 1], 8080).into()));
+    /// # Ok::<(), clap::Error>(())
     /// ```
-    pub fn parse_from<I, S>(args: I) -> anyhow::Result<Self>
+    pub fn parse_from<I, S>(args: I) -> Result<Self, clap::Error>
     where
         I: IntoIterator<Item = S>,
-        S: Into<String>,
+        S: Into<std::ffi::OsString> + Clone,
     {
-        let mut out = Self::default();
-        let mut args = args.into_iter().map(Into::into);
-        while let Some(arg) = args.next() {
-            let mut value =
-                |name: &str| args.next().with_context(|| format!("{name} needs a value"));
-            match arg.as_str() {
-                "--namespace" | "-n" => out.namespaces.push(value("--namespace")?),
-                "--health" => out.health = Some(parse_addr(&value("--health")?)?),
-                "--json" => out.json = true,
-                "--install-crd" => out.install_crd = true,
-                "--leader-election" => {
-                    out.leader_election = Some(parse_lease(&value("--leader-election")?)?);
-                }
-                other => bail!(
-                    "unknown option `{other}`; the options are --namespace NS, --health ADDR, \
-                     --json, --install-crd, --leader-election NAMESPACE/NAME"
-                ),
-            }
-        }
-        Ok(out)
+        let program = std::iter::once(std::ffi::OsString::from("example"));
+        Self::try_parse_from(program.chain(args.into_iter().map(Into::into)))
     }
 
-    /// An operator builder with these options: the handlers of this binary, the namespaces, the
-    /// health address and the log format.
+    /// An operator builder with these options (the examples' shutdown timeout is 20 s unless
+    /// `--shutdown-timeout` says otherwise).
     ///
     /// ```
     /// let args = kopf_examples::cli::ExampleArgs::parse_from(["-n", "default"])?;
     /// let builder = args.builder();
-    /// # drop(builder); Ok::<(), anyhow::Error>(())
+    /// # drop(builder); Ok::<(), clap::Error>(())
     /// ```
     pub fn builder(&self) -> OperatorBuilder {
-        let mut builder = Operator::builder()
-            .namespaces(self.namespaces.clone())
+        Operator::builder()
             .shutdown_timeout(Duration::from_secs(20))
-            .log_format(if self.json {
-                LogFormat::Json
-            } else {
-                LogFormat::Human
-            });
-        if let Some(addr) = self.health {
-            builder = builder.health_addr(addr);
-        }
-        if let Some((namespace, name)) = &self.leader_election {
-            builder = builder.leader_election(LeaderElection::new(name, namespace));
-        }
-        builder
+            .args(&self.operator)
     }
-}
-
-/// `NAMESPACE/NAME` of a Lease.
-fn parse_lease(text: &str) -> anyhow::Result<(String, String)> {
-    match text.split_once('/') {
-        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
-            Ok((ns.to_owned(), name.to_owned()))
-        }
-        _ => bail!("--leader-election takes NAMESPACE/NAME (a Lease), not `{text}`"),
-    }
-}
-
-fn parse_addr(text: &str) -> anyhow::Result<SocketAddr> {
-    text.parse()
-        .with_context(|| format!("`{text}` is not an address such as 0.0.0.0:8080"))
 }
 
 /// Runs the handlers of the calling binary as an operator, with the options from the command
@@ -175,7 +96,7 @@ fn parse_addr(text: &str) -> anyhow::Result<SocketAddr> {
 /// }
 /// ```
 pub async fn run() -> anyhow::Result<()> {
-    let args = ExampleArgs::from_env()?;
+    let args = ExampleArgs::from_env();
     if args.install_crd {
         install_crds().await?;
     }

@@ -177,6 +177,8 @@ pub use crate::operator::{
     Membership, Operator, OperatorBuilder, OperatorError, OperatorStats, RequestStats, Role,
     SHARD_RANGES, ShardWatch, Sharding, WatchPhase, init_logging, shard_of,
 };
+#[cfg(feature = "cli")]
+pub use crate::operator::{LeaseRef, OperatorArgs};
 pub use crate::status::SchemalessStatus;
 pub use kopf_macros::{daemon, timer};
 

@@ -422,7 +422,7 @@ async fn http_poll(
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let args = kopf_examples::cli::ExampleArgs::from_env()?;
+    let args = kopf_examples::cli::ExampleArgs::from_env();
     let base = std::env::var(BASE_URL_ENV).with_context(|| {
         format!("set {BASE_URL_ENV} to the external service's base URL, e.g. http://127.0.0.1:8000")
     })?;

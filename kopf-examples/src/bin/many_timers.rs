@@ -52,7 +52,7 @@ async fn refresh_many(obj: Arc<KopfExample>) -> HandlerResult<Value> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let args = kopf_examples::cli::ExampleArgs::from_env()?;
+    let args = kopf_examples::cli::ExampleArgs::from_env();
     if args.install_crd {
         kopf_examples::cli::install_crds().await?;
     }

@@ -20,7 +20,7 @@ use super::health::{self, Health, KindHealth};
 use super::identity::Identity;
 use super::kind::watch::Selection;
 use super::kind::{self, Shared};
-use super::logging::{LogFormat, init_logging};
+use super::logging::{LogFormat, init_logging_at};
 use super::options::Options;
 use super::replicas::Replicas;
 use super::scope::Follower;
@@ -385,6 +385,36 @@ impl OperatorBuilder {
         self
     }
 
+    /// Applies the options of the command line ([`OperatorArgs`](crate::OperatorArgs)):
+    /// namespaces, label selector, probe address, log format and level, request limits,
+    /// shutdown timeout, and leader election or sharding. Options not given keep their values.
+    ///
+    /// ```
+    /// use clap::Parser as _;
+    /// let args = kopf_runtime::OperatorArgs::try_parse_from(["op", "--namespace", "prod"])?;
+    /// let builder = kopf_runtime::Operator::builder().args(&args);
+    /// # drop(builder);
+    /// # Ok::<(), clap::Error>(())
+    /// ```
+    #[cfg(feature = "cli")]
+    pub fn args(mut self, args: &crate::OperatorArgs) -> Self {
+        if !args.namespaces.is_empty() {
+            self.options.namespaces.clone_from(&args.namespaces);
+        }
+        let o = &mut self.options;
+        o.label_selector = args.label_selector.clone().or(o.label_selector.take());
+        o.health_addr = args.health.or(o.health_addr);
+        o.log_format = Some(args.format());
+        o.log_level = Some(args.log_level);
+        o.requests_per_second = args.max_requests_per_second.or(o.requests_per_second);
+        o.max_writes_in_flight = args.max_writes_in_flight.unwrap_or(o.max_writes_in_flight);
+        o.max_concurrent_handlers = args.max_concurrent_handlers.or(o.max_concurrent_handlers);
+        o.shutdown_timeout = args.shutdown_timeout.unwrap_or(o.shutdown_timeout);
+        o.leader_election = args.election().or(o.leader_election.take());
+        o.sharding = args.sharding().or(o.sharding.take());
+        self
+    }
+
     /// Runs as one member of a sharded group: the objects of every served kind are spread over
     /// the group's live members by the hash of their UID, and each member runs the handlers of
     /// its share only. A share moves to another member only after its holder stopped every
@@ -438,7 +468,7 @@ impl OperatorBuilder {
         let mut options = self.options;
         let identity = options.validate()?;
         if let Some(format) = options.log_format {
-            let _already_installed = init_logging(format);
+            let _already_installed = init_logging_at(format, options.log_level);
         }
         let handlers = options.take_handlers()?;
         let lease_settings =

@@ -1,5 +1,6 @@
 //! Installing a `tracing` subscriber: human-readable by default, JSON on request.
 
+use tracing::level_filters::LevelFilter;
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt;
 
@@ -58,9 +59,21 @@ fn colours(terminal: bool, no_color: Option<std::ffi::OsString>) -> bool {
 /// assert!(init_logging(LogFormat::Human).is_err()); // only once per process
 /// ```
 pub fn init_logging(format: LogFormat) -> Result<(), LoggingError> {
-    let filter = match std::env::var(EnvFilter::DEFAULT_ENV) {
-        Ok(_) => EnvFilter::try_from_default_env().map_err(LoggingError::Filter)?,
-        Err(_) => EnvFilter::new(DEFAULT_FILTER),
+    init_logging_at(format, None)
+}
+
+/// [`init_logging`], with the operator's own lines at `level` (default `info`) when `RUST_LOG`
+/// is not set.
+pub(crate) fn init_logging_at(
+    format: LogFormat,
+    level: Option<LevelFilter>,
+) -> Result<(), LoggingError> {
+    let filter = match (std::env::var(EnvFilter::DEFAULT_ENV), level) {
+        (Ok(_), _) => EnvFilter::try_from_default_env().map_err(LoggingError::Filter)?,
+        (Err(_), None) => EnvFilter::new(DEFAULT_FILTER),
+        (Err(_), Some(level)) => {
+            EnvFilter::new(DEFAULT_FILTER.replacen("info", &level.to_string(), 1))
+        }
     };
     let ansi = colours(
         std::io::IsTerminal::is_terminal(&std::io::stderr()),

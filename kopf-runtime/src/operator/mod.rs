@@ -3,6 +3,8 @@
 //! objects while their daemons and timers may run, writes results and patches, posts Events, and
 //! serves health probes. Everything here is tested against a real kube-apiserver.
 
+#[cfg(feature = "cli")]
+mod args;
 mod builder;
 mod cap;
 mod election;
@@ -24,6 +26,8 @@ mod transport;
 mod watched;
 mod write;
 
+#[cfg(feature = "cli")]
+pub use args::{LeaseRef, OperatorArgs};
 pub use builder::OperatorBuilder;
 pub use election::fence::Fenced;
 pub use election::{LeaderElection, Leadership, Role};

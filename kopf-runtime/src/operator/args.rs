@@ -1,0 +1,320 @@
+//! The operator's command line (feature `cli`): what kopf's `kopf run` offers and an operator's
+//! Deployment sets — namespaces, the probe address, logging, request limits, the shutdown
+//! timeout, and leader election or sharding — each flag with an environment fallback.
+//!
+//! ```text
+//!  my-operator --namespace prod --health 0.0.0.0:8080 --log-format json \
+//!              --leader-election operators/my-operator
+//!  KOPF_NAMESPACE=prod KOPF_HEALTH=0.0.0.0:8080 KOPF_LOG_FORMAT=json my-operator
+//! ```
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::Parser;
+use tracing::level_filters::LevelFilter;
+
+use super::election::LeaderElection;
+use super::logging::LogFormat;
+use super::shard::Sharding;
+
+/// The operator's options from its command line and environment. Parse them alone
+/// ([`OperatorArgs::parse`]) or flatten them into your own clap parser, then apply them with
+/// [`OperatorBuilder::args`](crate::OperatorBuilder::args).
+///
+/// ```
+/// use clap::Parser as _;
+/// use kopf_runtime::OperatorArgs;
+///
+/// let args = OperatorArgs::try_parse_from([
+///     "my-operator", "-n", "prod", "--health", "0.0.0.0:8080",
+///     "--log-format", "json", "--shutdown-timeout", "30s",
+///     "--leader-election", "operators/my-operator",
+/// ])?;
+/// assert_eq!(args.namespaces, ["prod"]);
+/// assert_eq!(args.shutdown_timeout, Some(std::time::Duration::from_secs(30)));
+/// let operator = kopf_runtime::Operator::builder().args(&args);
+/// # drop(operator);
+/// // A wrong flag is a usage error (exit code 2 with `Error::exit`).
+/// let wrong = OperatorArgs::try_parse_from(["my-operator", "--bogus"]).unwrap_err();
+/// assert_eq!(wrong.exit_code(), 2);
+/// # Ok::<(), clap::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Parser)]
+#[command(about = "A Kubernetes operator built with kopf-rs", long_about = None)]
+#[non_exhaustive]
+pub struct OperatorArgs {
+    /// Watch only this namespace (repeatable, or comma-separated) [default: every namespace]
+    #[arg(
+        short = 'n',
+        long = "namespace",
+        value_name = "NS",
+        env = "KOPF_NAMESPACE",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub namespaces: Vec<String>,
+
+    /// Watch every namespace (the default; an explicit choice that --namespace cannot join)
+    #[arg(short = 'A', long, conflicts_with = "namespaces")]
+    pub all_namespaces: bool,
+
+    /// Watch only objects with these labels (a label selector, e.g. tier=backend)
+    #[arg(
+        short = 'l',
+        long,
+        value_name = "SELECTOR",
+        env = "KOPF_LABEL_SELECTOR",
+        hide_env_values = true
+    )]
+    pub label_selector: Option<String>,
+
+    /// Serve the probes (/healthz, /readyz) on this address, e.g. 0.0.0.0:8080
+    #[arg(
+        long = "health",
+        value_name = "ADDR",
+        env = "KOPF_HEALTH",
+        hide_env_values = true
+    )]
+    pub health: Option<SocketAddr>,
+
+    /// How to log: one human-readable line per event, or one JSON object
+    #[arg(long, value_name = "FORMAT", env = "KOPF_LOG_FORMAT", value_parser = log_format,
+        default_value = "human", hide_env_values = true)]
+    pub log_format: LogFormat,
+
+    /// Log as JSON (short for --log-format json)
+    #[arg(long, conflicts_with = "log_format")]
+    pub json: bool,
+
+    /// The operator's log level: error, warn, info, debug or trace (RUST_LOG, if set, wins)
+    #[arg(
+        long,
+        value_name = "LEVEL",
+        env = "KOPF_LOG_LEVEL",
+        default_value = "info",
+        hide_env_values = true
+    )]
+    pub log_level: LevelFilter,
+
+    /// At most this many requests per second to the API server [default: no limit]
+    #[arg(
+        long,
+        value_name = "N",
+        env = "KOPF_MAX_REQUESTS_PER_SECOND",
+        hide_env_values = true
+    )]
+    pub max_requests_per_second: Option<u32>,
+
+    /// At most this many writes in flight at once [default: 32]
+    #[arg(
+        long,
+        value_name = "N",
+        env = "KOPF_MAX_WRITES_IN_FLIGHT",
+        hide_env_values = true
+    )]
+    pub max_writes_in_flight: Option<usize>,
+
+    /// At most this many handlers running at once [default: no limit]
+    #[arg(
+        long,
+        value_name = "N",
+        env = "KOPF_MAX_CONCURRENT_HANDLERS",
+        hide_env_values = true
+    )]
+    pub max_concurrent_handlers: Option<usize>,
+
+    /// How long a graceful shutdown waits for the handlers, e.g. 30s [default: 25s]
+    #[arg(long, value_name = "DURATION", env = "KOPF_SHUTDOWN_TIMEOUT", value_parser = duration,
+        hide_env_values = true)]
+    pub shutdown_timeout: Option<Duration>,
+
+    /// Run as one of several replicas, led by the holder of this Lease
+    #[arg(long, value_name = "NAMESPACE/NAME", env = "KOPF_LEADER_ELECTION", value_parser = lease,
+        conflicts_with = "sharding", hide_env_values = true)]
+    pub leader_election: Option<LeaseRef>,
+
+    /// Run as a member of this sharded group (its Leases' namespace and name)
+    #[arg(long, value_name = "NAMESPACE/NAME", env = "KOPF_SHARDING", value_parser = lease,
+        hide_env_values = true)]
+    pub sharding: Option<LeaseRef>,
+
+    /// The lease duration of leader election or sharding, e.g. 15s
+    #[arg(long, value_name = "DURATION", env = "KOPF_LEASE_DURATION", value_parser = duration,
+        hide_env_values = true)]
+    pub lease_duration: Option<Duration>,
+
+    /// The renew deadline of leader election or sharding, e.g. 10s
+    #[arg(long, value_name = "DURATION", env = "KOPF_RENEW_DEADLINE", value_parser = duration,
+        hide_env_values = true)]
+    pub renew_deadline: Option<Duration>,
+
+    /// The retry period of leader election or sharding, e.g. 2s
+    #[arg(long, value_name = "DURATION", env = "KOPF_RETRY_PERIOD", value_parser = duration,
+        hide_env_values = true)]
+    pub retry_period: Option<Duration>,
+
+    /// This replica's identity in the Leases [default: the pod's name, else the host name]
+    #[arg(long, value_name = "NAME", env = "POD_NAME", hide_env_values = true)]
+    pub identity: Option<String>,
+}
+
+/// A Lease's namespace and name, as `--leader-election` and `--sharding` take them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseRef {
+    /// The Lease's namespace.
+    pub namespace: String,
+    /// The Lease's name (the group's, with sharding).
+    pub name: String,
+}
+
+impl OperatorArgs {
+    /// Parses the process's arguments and environment, as clap's `Parser::parse` does (so a
+    /// binary needs no `clap` import): on a wrong flag it prints the error and exits with code
+    /// 2; `--help` prints the options and exits with 0.
+    ///
+    /// ```no_run
+    /// let args = kopf_runtime::OperatorArgs::parse();
+    /// let builder = kopf_runtime::Operator::builder().args(&args);
+    /// # drop(builder);
+    /// ```
+    #[must_use]
+    pub fn parse() -> Self {
+        <Self as Parser>::parse()
+    }
+
+    /// The log format asked for (`--json` or `--log-format`).
+    #[must_use]
+    pub fn format(&self) -> LogFormat {
+        if self.json {
+            LogFormat::Json
+        } else {
+            self.log_format
+        }
+    }
+
+    /// The leader election asked for, with the timing and identity given.
+    pub(crate) fn election(&self) -> Option<LeaderElection> {
+        let lease = self.leader_election.as_ref()?;
+        Some(self.timed(LeaderElection::new(&lease.name, &lease.namespace)))
+    }
+
+    /// The sharding asked for, with the timing and identity given.
+    pub(crate) fn sharding(&self) -> Option<Sharding> {
+        let lease = self.sharding.as_ref()?;
+        let mut sharding = Sharding::new(&lease.name, &lease.namespace);
+        sharding.lease = self.timed(sharding.lease);
+        Some(sharding)
+    }
+
+    fn timed(&self, mut election: LeaderElection) -> LeaderElection {
+        if let Some(duration) = self.lease_duration {
+            election = election.lease_duration(duration);
+        }
+        if let Some(deadline) = self.renew_deadline {
+            election = election.renew_deadline(deadline);
+        }
+        if let Some(period) = self.retry_period {
+            election = election.retry_period(period);
+        }
+        if let Some(identity) = &self.identity {
+            election = election.identity(identity);
+        }
+        election
+    }
+}
+
+fn log_format(text: &str) -> Result<LogFormat, String> {
+    match text {
+        "human" => Ok(LogFormat::Human),
+        "json" => Ok(LogFormat::Json),
+        other => Err(format!("`{other}` is not a log format: human or json")),
+    }
+}
+
+/// A duration such as `30s`, `500ms`, `2m` or `1h`.
+fn duration(text: &str) -> Result<Duration, String> {
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .ok_or_else(|| format!("`{text}` has no unit: write e.g. 30s, 500ms, 2m"))?;
+    let (number, unit) = text.split_at(split);
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` is not a duration such as 30s"))?;
+    match unit {
+        "ms" => Ok(Duration::from_millis(n)),
+        "s" => Ok(Duration::from_secs(n)),
+        "m" => Ok(Duration::from_secs(n.saturating_mul(60))),
+        "h" => Ok(Duration::from_secs(n.saturating_mul(3600))),
+        _ => Err(format!("`{text}`: the unit is one of ms, s, m, h")),
+    }
+}
+
+fn lease(text: &str) -> Result<LeaseRef, String> {
+    match text.split_once('/') {
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
+            Ok(LeaseRef {
+                namespace: ns.to_owned(),
+                name: name.to_owned(),
+            })
+        }
+        _ => Err(format!("`{text}` is not NAMESPACE/NAME")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<OperatorArgs, clap::Error> {
+        OperatorArgs::try_parse_from(std::iter::once("op").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn values_parse_and_wrong_ones_are_refused() {
+        assert_eq!(duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(duration("2m"), Ok(Duration::from_secs(120)));
+        for bad in ["5", "s", "5 s", "5d", "-1s"] {
+            assert!(duration(bad).is_err(), "{bad}");
+        }
+        assert!(lease("ns/name").is_ok());
+        for bad in ["name", "/name", "ns/", "a/b/c"] {
+            assert!(lease(bad).is_err(), "{bad}");
+        }
+        let args = parse(&["-n", "a,b", "-n", "c", "--json", "--log-level", "debug"]).unwrap();
+        assert_eq!(args.namespaces, ["a", "b", "c"]);
+        assert_eq!(args.format(), LogFormat::Json);
+        assert_eq!(args.log_level, LevelFilter::DEBUG);
+        for bad in [
+            &["-n", "a", "-A"][..],
+            &["--leader-election", "a/b", "--sharding", "a/c"],
+            &["--log-level", "loud"],
+            &["--health", "nowhere"],
+        ] {
+            let err = parse(bad).unwrap_err();
+            assert_eq!(err.exit_code(), 2, "{bad:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn coordination_takes_the_timing() {
+        let args = parse(&[
+            "--sharding",
+            "ops/group",
+            "--lease-duration",
+            "4s",
+            "--renew-deadline",
+            "3s",
+            "--retry-period",
+            "1s",
+            "--identity",
+            "pod-0",
+        ])
+        .unwrap();
+        let sharding = args.sharding().unwrap();
+        assert_eq!(sharding.lease.name, "group");
+        assert_eq!(sharding.lease.lease_duration, Duration::from_secs(4));
+        assert_eq!(sharding.lease.identity.as_deref(), Some("pod-0"));
+        assert!(args.election().is_none());
+    }
+}
