@@ -125,6 +125,9 @@ pub(crate) struct Round<'a> {
     /// Whether the claims must be written even if unchanged: this member's validity is new
     /// (first round, or after a lapse), so its claims count only once a write confirms them.
     pub(crate) confirm: bool,
+    /// Whether free ranges may be claimed (not in a member's first round: members started
+    /// together see each other only at their second listing).
+    pub(crate) claim: bool,
 }
 
 /// What a member does after a round.
@@ -137,6 +140,10 @@ pub(crate) struct Plan {
     pub(crate) serve: RangeSet,
     /// What it may go on serving if the write fails: the ranges it held and keeps.
     pub(crate) keep: RangeSet,
+    /// Ranges it holds and hands over, once nothing of them runs any more.
+    pub(crate) releasing: RangeSet,
+    /// Ranges of its target it does not hold yet.
+    pub(crate) waiting: RangeSet,
 }
 
 /// The plan of one round (see the module's table).
@@ -148,13 +155,14 @@ pub(crate) fn plan(round: &Round<'_>) -> Plan {
         expired,
         quiet,
         confirm,
+        claim,
     } = round;
     let target = assigned(live, me);
     let mine = claims.held_by(me);
     let keep = mine.intersection(&target);
     let release = mine.minus(&target).intersection(quiet);
     let mut free = RangeSet::default();
-    for range in target.minus(&mine).iter() {
+    for range in target.minus(&mine).iter().filter(|_| *claim) {
         match claims.owner(range) {
             None => free.insert(range),
             Some(owner) if expired.contains(owner) => free.insert(range),
@@ -174,6 +182,8 @@ pub(crate) fn plan(round: &Round<'_>) -> Plan {
     Plan {
         write,
         serve: keep.union(&free),
+        releasing: mine.minus(&target).minus(&release),
+        waiting: target.minus(&mine).minus(&free),
         keep,
     }
 }
@@ -306,6 +316,7 @@ mod tests {
                 expired: &expired,
                 quiet: &quiet,
                 confirm: case.confirm,
+                claim: true,
             });
             assert_eq!(got.write, case.want_write.map(claims), "{}", case.name);
             assert_eq!(got.serve, set(case.want_serve), "{}", case.name);
@@ -343,6 +354,7 @@ mod tests {
                         expired: &BTreeSet::new(),
                         quiet: &quiet,
                         confirm: false,
+                        claim: true,
                     };
                     if let Some(next) = plan(&round).write {
                         next.check().unwrap();

@@ -5,6 +5,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Client;
@@ -33,7 +34,14 @@ struct Seen {
     confirmed: bool,
     /// The Lease of this member as last written (for the release).
     own: Option<Lease>,
+    /// How many times it has listed the members' Leases.
+    listings: u64,
+    /// What the last round left to do: ranges to release once quiet, ranges to wait for.
+    pending: Option<(RangeSet, RangeSet)>,
 }
+
+/// How often a member that hands ranges over checks whether their handlers have stopped.
+const QUIET_POLL: Duration = Duration::from_millis(50);
 
 /// Runs one member of a group.
 pub(crate) struct Member {
@@ -150,10 +158,37 @@ impl Member {
             self.check_validity();
             tokio::select! {
                 () = stop.cancelled() => return,
-                () = tokio::time::sleep(lease.retry_period) => {}
+                () = self.until_next_round() => {}
                 () = self.lapse() => {}
             }
             self.check_validity();
+        }
+    }
+
+    /// Waits until the next round is due: at once when the ranges it hands over went quiet,
+    /// after a quarter of the retry period while it waits for ranges of its target, else after
+    /// the retry period. So a handover takes the stop ladders and a fraction of a retry period,
+    /// not several periods.
+    async fn until_next_round(&self) {
+        let period = self.settings.lease.retry_period;
+        let pending = lock(&self.seen).pending.take();
+        let Some((releasing, waiting)) = pending else {
+            return tokio::time::sleep(period).await;
+        };
+        let deadline = Instant::now()
+            + if waiting.is_empty() {
+                period
+            } else {
+                period / 4
+            };
+        if releasing.is_empty() {
+            return tokio::time::sleep_until(deadline).await;
+        }
+        while Instant::now() < deadline {
+            if self.busy().intersection(&releasing).is_empty() {
+                return;
+            }
+            tokio::time::sleep(QUIET_POLL.min(period)).await;
         }
     }
 
@@ -202,6 +237,7 @@ impl Member {
         } else {
             RangeSet::full().minus(&serving).minus(&self.busy())
         };
+        let claim = lock(&self.seen).listings > 1;
         let round = Round {
             me: &self.identity,
             claims: &claims,
@@ -209,8 +245,19 @@ impl Member {
             expired: &expired,
             quiet: &quiet,
             confirm,
+            claim,
         };
-        let Plan { write, serve, keep } = plan(&round);
+        let Plan {
+            write,
+            serve,
+            keep,
+            releasing,
+            waiting,
+        } = plan(&round);
+        // Before its first claims, a member looks again soon (as while waiting for ranges).
+        let waiting = if claim { waiting } else { RangeSet::full() };
+        let more = !releasing.is_empty() || !waiting.is_empty();
+        lock(&self.seen).pending = more.then_some((releasing, waiting));
         if self.retiring.load(Ordering::SeqCst) {
             return Ok(()); // claims stay until the release
         }
@@ -299,6 +346,7 @@ impl Member {
         }
         live.sort();
         seen.live.clone_from(&live);
+        seen.listings += 1;
         Ok((live, expired))
     }
 
