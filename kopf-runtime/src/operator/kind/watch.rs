@@ -137,19 +137,8 @@ pub(crate) async fn serve<O: Observer>(
     let mut known = vec![Known::default(); namespaces.len()];
     let mut current: Option<Arc<RangeSet>> = None;
     loop {
-        let ranges = match &*scopes.borrow_and_update() {
-            Scope::Ranges(ranges) => Some(ranges.clone()),
-            Scope::All | Scope::Nothing => None,
-        };
-        let ranges = match ranges {
-            Some(ranges) if current.as_ref() != Some(&ranges) => ranges,
-            _ => {
-                tokio::select! {
-                    () = stop.cancelled() => return,
-                    changed = scopes.changed() => if changed.is_err() { return },
-                }
-                continue;
-            }
+        let Some(ranges) = other_ranges(&mut scopes, current.as_ref(), &stop).await else {
+            return;
         };
         let Some(client) = selector::watch_client(&writer.client, &ranges) else {
             continue;
@@ -165,15 +154,39 @@ pub(crate) async fn serve<O: Observer>(
             .collect();
         let round = stop.child_token();
         let mut running = std::pin::pin!(streams(apis, std::mem::take(&mut known), &round));
+        // The streams go on while the member serves nothing (a lapse) or the same ranges
+        // again; only other ranges start a fresh list.
+        let moved = other_ranges(&mut scopes, current.as_ref(), &stop);
         known = tokio::select! {
             known = &mut running => known,
-            _ = scopes.changed() => {
+            _ = moved => {
                 round.cancel();
                 running.await
             }
         };
         if stop.is_cancelled() {
             return;
+        }
+        current = None; // nothing watches now: the next ranges, even the same, start a round
+    }
+}
+
+/// Waits until the kind serves ranges other than `current` (at once if it does already);
+/// `None` when stopped.
+async fn other_ranges(
+    scopes: &mut tokio::sync::watch::Receiver<Scope>,
+    current: Option<&Arc<RangeSet>>,
+    stop: &CancellationToken,
+) -> Option<Arc<RangeSet>> {
+    loop {
+        if let Scope::Ranges(ranges) = &*scopes.borrow_and_update()
+            && current != Some(ranges)
+        {
+            return Some(ranges.clone());
+        }
+        tokio::select! {
+            () = stop.cancelled() => return None,
+            changed = scopes.changed() => changed.ok()?,
         }
     }
 }
