@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::body::{CutBody, Failure, ResponseBody, status_response, watch_gone_response};
 use super::rules::{Fault, is_watch};
+use super::traffic::CountingBody;
 use super::{ProxyError, Shared, tls};
 
 /// How long connecting (TCP + TLS) to either side may take.
@@ -185,6 +186,8 @@ impl Conn {
     /// the downstream connection, as an unreachable API server would.
     async fn forward(&self, request: Request<Incoming>) -> Result<Response<ResponseBody>, Failure> {
         let (mut parts, body) = request.into_parts();
+        let path = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
+        let key = super::lock(&self.shared.traffic).key(&parts.method, path);
         strip_hop_by_hop(&mut parts.headers);
         parts.uri = origin_form(&parts.uri)?;
         let upstream_request = Request::from_parts(parts, body);
@@ -218,9 +221,10 @@ impl Conn {
         drop(guard);
         let (mut parts, body) = response.into_parts();
         strip_hop_by_hop(&mut parts.headers);
+        let counted = CountingBody::new(body, Arc::clone(&self.shared.traffic), key);
         Ok(Response::from_parts(
             parts,
-            body.map_err(Failure::from_error).boxed(),
+            counted.map_err(Failure::from_error).boxed(),
         ))
     }
 }

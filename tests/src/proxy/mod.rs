@@ -10,7 +10,9 @@
 //! 429 + `Retry-After`, 409, 422, 500, 503 or 410 (also as a watch `ERROR` event), delay or stall
 //! them, reset their connection, or cut a watch stream in the middle of an event; and
 //! [`ProxyHandle::drop_connections`] closes every open connection at once. The proxy counts the
-//! requests per method and path so a test can assert that a client did not retry in a storm.
+//! requests per method and path so a test can assert that a client did not retry in a storm,
+//! and what the forwarded responses carried ([`ProxyHandle::received`]: bytes, and the lines of
+//! a watch, its events).
 //!
 //! Bounded: at most [`MAX_CONNECTIONS`] connections, each with one upstream connection; the
 //! request log keeps the last [`LOG_CAPACITY`] requests. Dropping the [`FaultProxy`] stops it and
@@ -36,6 +38,7 @@ mod forward;
 mod rules;
 mod stats;
 mod tls;
+mod traffic;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -49,9 +52,11 @@ use tokio_util::sync::CancellationToken;
 
 pub use rules::{Fault, Match, Rule};
 pub use stats::{LOG_CAPACITY, RequestRecord};
+pub use traffic::Received;
 
 use forward::{AbortOnDrop, Upstream};
 use stats::Stats;
+use traffic::Traffic;
 
 /// At most this many downstream connections are served at once; more wait to be accepted.
 pub const MAX_CONNECTIONS: usize = 512;
@@ -91,6 +96,8 @@ pub enum ProxyError {
 pub(crate) struct Shared {
     rules: Mutex<rules::RuleTable>,
     stats: Mutex<Stats>,
+    /// What the forwarded responses carried.
+    traffic: Arc<Mutex<Traffic>>,
     /// Cancelled by `drop_connections`; replaced by a fresh child of `shutdown` each time.
     connections: Mutex<CancellationToken>,
     /// Bumped by `release_stalled`.
@@ -305,6 +312,25 @@ impl ProxyHandle {
         lock(&self.shared.stats).log()
     }
 
+    /// What the forwarded responses of the requests `matcher` selects carried to the client
+    /// so far: their number, bytes and lines (a watch's events), matched as in
+    /// [`count`](Self::count). Made-up answers (faults) are not included.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn doc(handle: &kopf_tests::proxy::ProxyHandle) {
+    /// use kopf_tests::proxy::Match;
+    /// let events = handle.received(&Match::watches()).lines;
+    /// println!("{events} watch events received");
+    /// # }
+    /// # let _ = doc;
+    /// ```
+    #[must_use]
+    pub fn received(&self, matcher: &Match) -> Received {
+        lock(&self.shared.traffic).received(matcher)
+    }
+
     /// The proxy's traffic counters.
     ///
     /// # Examples
@@ -390,6 +416,7 @@ impl FaultProxy {
         let shared = Arc::new(Shared {
             rules: Mutex::default(),
             stats: Mutex::default(),
+            traffic: Arc::default(),
             connections: Mutex::new(shutdown.child_token()),
             release: watch::Sender::new(0),
             shutdown,

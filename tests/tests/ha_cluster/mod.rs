@@ -170,9 +170,22 @@ pub struct Replica {
 
 impl Replica {
     pub async fn spawn(namespace: &str, log: &Path, dir: &Path, n: usize) -> anyhow::Result<Self> {
+        Self::spawn_with(namespace, log, dir, n, &test_config().await?, &[]).await
+    }
+
+    /// Like [`spawn`](Self::spawn), with its proxy in front of the API server of `upstream`
+    /// and `extra` added to the child's environment (e.g. a `KUBECONFIG` for that server).
+    pub async fn spawn_with(
+        namespace: &str,
+        log: &Path,
+        dir: &Path,
+        n: usize,
+        upstream: &kube::Config,
+        extra: &[(&str, OsString)],
+    ) -> anyhow::Result<Self> {
         let output = dir.join(format!("replica-{n}.log"));
         let stats = dir.join(format!("replica-{n}.stats"));
-        let proxy = FaultProxy::start(&test_config().await?).await?;
+        let proxy = FaultProxy::start(upstream).await?;
         let proxied = proxy.config();
         let ca = dir.join(format!("proxy-ca-{n}.der"));
         let der = proxied.root_cert.as_ref().and_then(|certs| certs.first());
@@ -180,7 +193,7 @@ impl Replica {
             &ca,
             der.ok_or_else(|| anyhow::anyhow!("the proxy has no CA"))?,
         )?;
-        let env = [
+        let mut env = vec![
             (CHILD_ENV, OsString::from(namespace)),
             (LOG_ENV, log.as_os_str().to_owned()),
             (IDENTITY_ENV, OsString::from(format!("replica-{n}"))),
@@ -188,6 +201,7 @@ impl Replica {
             (CA_ENV, ca.into_os_string()),
             (STATS_ENV, stats.clone().into_os_string()),
         ];
+        env.extend(extra.iter().cloned());
         let child = Child::spawn(&env, &output)?;
         let replica = Self {
             pid: child.pid,
