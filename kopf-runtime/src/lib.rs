@@ -181,6 +181,16 @@ pub use crate::operator::{
 pub use crate::operator::{LeaseRef, OperatorArgs};
 pub use crate::status::SchemalessStatus;
 pub use kopf_macros::{daemon, timer};
+/// The official Prometheus client, whose registry the operator's `/metrics` serves: register
+/// your own metrics into a [`Registry`](prometheus_client::registry::Registry) and give it to
+/// [`OperatorBuilder::metrics_registry`] (re-exported so that its version is the operator's).
+///
+/// ```
+/// use kopf_runtime::prometheus_client::metrics::gauge::Gauge;
+/// let queue_depth: Gauge = Gauge::default();
+/// queue_depth.set(3);
+/// ```
+pub use prometheus_client;
 
 /// The names nearly every operator file uses: `use kopf_runtime::prelude::*;`.
 ///

@@ -69,7 +69,7 @@ pub struct OperatorArgs {
     )]
     pub label_selector: Option<String>,
 
-    /// Serve the probes (/healthz, /readyz) on this address, e.g. 0.0.0.0:8080
+    /// Serve the probes and metrics (/healthz, /readyz, /metrics) on this address, e.g. 0.0.0.0:8080
     #[arg(
         long = "health",
         value_name = "ADDR",

@@ -21,6 +21,7 @@ use super::identity::Identity;
 use super::kind::watch::Selection;
 use super::kind::{self, Shared};
 use super::logging::{LogFormat, init_logging_at};
+use super::metrics::{KindProbe, OperatorMetrics};
 use super::options::Options;
 use super::replicas::Replicas;
 use super::scope::Follower;
@@ -238,6 +239,42 @@ impl OperatorBuilder {
     /// ```
     pub fn health_addr(mut self, addr: SocketAddr) -> Self {
         self.options.health_addr = Some(addr);
+        self
+    }
+
+    /// The `prometheus_client` registry the operator's metrics go into (default: a new one),
+    /// so that `/metrics` serves your own metrics too; see
+    /// [`Operator::metrics_registry`](super::Operator::metrics_registry) and
+    /// `docs/operations.md`. Register your metrics before; keep clones of them (they share
+    /// their values) to update them, e.g. as [`Data`](crate::Data) in handlers.
+    ///
+    /// ```
+    /// use kopf_runtime::prometheus_client::metrics::counter::Counter;
+    /// use kopf_runtime::prometheus_client::registry::Registry;
+    ///
+    /// let backups: Counter = Counter::default();
+    /// let mut registry = Registry::default();
+    /// registry.register("backups_made", "Backups made", backups.clone());
+    /// let builder = kopf_runtime::Operator::builder()
+    ///     .metrics_registry(registry)
+    ///     .data(backups); // handlers take it as `Data<Counter>` and call `inc()`
+    /// # drop(builder);
+    /// ```
+    pub fn metrics_registry(mut self, registry: prometheus_client::registry::Registry) -> Self {
+        self.options.metrics_registry = Some(registry);
+        self
+    }
+
+    /// Whether the operator keeps metrics (default: `true`): counters of every handler's
+    /// invocations, durations, lateness, retries and stops, served with the rest on
+    /// `/metrics`. With `false`, nothing is counted and `/metrics` answers `404`.
+    ///
+    /// ```
+    /// let builder = kopf_runtime::Operator::builder().metrics(false);
+    /// # drop(builder);
+    /// ```
+    pub fn metrics(mut self, enabled: bool) -> Self {
+        self.options.metrics = enabled;
         self
     }
 
@@ -504,9 +541,13 @@ impl OperatorBuilder {
                 (info, handlers, health)
             })
             .collect();
+        let metrics = (options.metrics).then(|| {
+            OperatorMetrics::new(options.metrics_registry.take(), limiter.clone(), &replicas)
+        });
         let health = Arc::new(Health {
             kinds: planned.iter().map(|(_, _, h)| h.clone()).collect(),
             detail: replicas.detail(),
+            metrics: metrics.as_ref().map(OperatorMetrics::registry),
         });
         let probe_stop = CancellationToken::new();
         let health_addr = match options.health_addr {
@@ -534,6 +575,12 @@ impl OperatorBuilder {
             });
             watches.push(watch);
         }
+        attach_metrics(
+            metrics.as_ref(),
+            &kinds,
+            &shared,
+            options.max_writes_in_flight,
+        );
         info!(operator = %identity.name, finalizer = %identity.finalizer, resources = kinds.len(),
             namespaces = ?options.namespaces, "the operator has started");
         let election_stop = CancellationToken::new();
@@ -550,6 +597,7 @@ impl OperatorBuilder {
             watches,
             health_addr,
             shutdown_timeout: options.shutdown_timeout,
+            metrics: metrics.map(|m| m.registry()),
             released: false,
         })
     }
@@ -669,5 +717,27 @@ fn shared(options: &Options, identity: &Identity, client: Client, replicas: &Rep
         clearance: replicas.clearance(),
         sharding: replicas.sharding(),
         outcomes: options.outcomes.clone(),
+        metrics: options.metrics,
     }
+}
+
+/// Has the metrics, if on, report the kinds and the write slots (`limit` of them).
+fn attach_metrics(
+    metrics: Option<&OperatorMetrics>,
+    kinds: &[KindHandle],
+    shared: &Shared,
+    limit: usize,
+) {
+    let Some(metrics) = metrics else { return };
+    let probe = |k: &KindHandle| {
+        let (records, health) = (k.records.clone(), k.health.clone());
+        KindProbe::new(
+            &k.info,
+            &k.supervisor,
+            records,
+            health,
+            shared.finalizer.clone(),
+        )
+    };
+    metrics.attach(kinds.iter().map(probe).collect(), &shared.writes, limit);
 }

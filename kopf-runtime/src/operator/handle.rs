@@ -56,6 +56,8 @@ pub struct Operator {
     pub(crate) watches: Vec<AbortHandle>,
     pub(crate) health_addr: Option<SocketAddr>,
     pub(crate) shutdown_timeout: Duration,
+    /// What `/metrics` serves (`None`: metrics are off).
+    pub(crate) metrics: Option<Arc<prometheus_client::registry::Registry>>,
     /// Shut down, or detached: dropping the handle leaves the operator as it is.
     pub(crate) released: bool,
 }
@@ -130,6 +132,28 @@ impl Operator {
     #[must_use]
     pub fn health_addr(&self) -> Option<SocketAddr> {
         self.health_addr
+    }
+
+    /// The registry of the operator's metrics (and yours, see
+    /// [`OperatorBuilder::metrics_registry`](crate::OperatorBuilder::metrics_registry)), as
+    /// `/metrics` serves it; `None` with metrics off. For serving them another way, or looking
+    /// at them in a test.
+    ///
+    /// ```no_run
+    /// use kopf_runtime::prometheus_client::encoding::text::encode;
+    ///
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// let operator = kopf_runtime::Operator::builder().start().await?;
+    /// let mut text = String::new();
+    /// if let Some(registry) = operator.metrics_registry() {
+    ///     encode(&mut text, registry)?; // the OpenMetrics text, ending with `# EOF`
+    /// }
+    /// # Ok(()) }
+    /// # let _ = demo;
+    /// ```
+    #[must_use]
+    pub fn metrics_registry(&self) -> Option<&prometheus_client::registry::Registry> {
+        self.metrics.as_deref()
     }
 
     /// Whether every resource kind has completed its initial list, or is reported unavailable

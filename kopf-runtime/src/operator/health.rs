@@ -1,5 +1,6 @@
 //! Health probes: `/healthz` (the process and its watches are alive) and `/readyz` (every
-//! resource kind has completed its initial list, or is reported as unavailable).
+//! resource kind has completed its initial list, or is reported as unavailable); and
+//! `/metrics`, the operator's metrics registry in the OpenMetrics text format.
 //!
 //! The probe server is exposed on the pod's network, so it defends itself: one request per
 //! connection, a header-read timeout, a deadline per connection, a cap on the request size and
@@ -7,12 +8,12 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{StatusCode, header};
 use axum::routing::get;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -64,6 +65,10 @@ pub(crate) struct KindHealth {
     pending_lists: AtomicUsize,
     /// A watch task ended unexpectedly.
     dead: AtomicBool,
+    /// Watch failures (each one restarts the watch after a backoff).
+    restarts: AtomicU64,
+    /// Lists after a stream's first one (after an expired or failed watch).
+    relists: AtomicU64,
 }
 
 impl KindHealth {
@@ -73,7 +78,25 @@ impl KindHealth {
             phase: AtomicU8::new(WatchPhase::Discovering as u8),
             pending_lists: AtomicUsize::new(streams),
             dead: AtomicBool::new(false),
+            restarts: AtomicU64::new(0),
+            relists: AtomicU64::new(0),
         }
+    }
+
+    /// A watch stream failed; it restarts after a backoff.
+    pub(crate) fn watch_failed(&self) {
+        self.restarts.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A watch stream lists its objects again.
+    pub(crate) fn relisted(&self) {
+        self.relists.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The watch failures and relists so far.
+    pub(crate) fn watch_counts(&self) -> (u64, u64) {
+        let restarts = self.restarts.load(Ordering::Relaxed);
+        (restarts, self.relists.load(Ordering::Relaxed))
     }
 
     pub(crate) fn phase(&self) -> WatchPhase {
@@ -109,6 +132,8 @@ pub(crate) struct Health {
     pub(crate) kinds: Vec<Arc<KindHealth>>,
     /// A line about this replica's part that `/readyz` adds (a shard member's ranges).
     pub(crate) detail: Option<Detail>,
+    /// What `/metrics` serves (`None`: metrics are off, `/metrics` answers 404).
+    pub(crate) metrics: Option<Arc<prometheus_client::registry::Registry>>,
 }
 
 /// Describes this replica's part for `/readyz`.
@@ -164,6 +189,27 @@ fn answer(result: Result<(), String>) -> (StatusCode, String) {
 
 async fn healthz(State(health): State<Arc<Health>>) -> (StatusCode, String) {
     answer(health.alive())
+}
+
+/// The media type of the OpenMetrics text format.
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+async fn metrics(
+    State(health): State<Arc<Health>>,
+) -> (StatusCode, [(header::HeaderName, &'static str); 1], String) {
+    let plain = [(header::CONTENT_TYPE, "text/plain; charset=utf-8")];
+    let Some(registry) = &health.metrics else {
+        return (StatusCode::NOT_FOUND, plain, "metrics are off\n".to_owned());
+    };
+    let mut body = String::new();
+    match prometheus_client::encoding::text::encode(&mut body, registry) {
+        Ok(()) => (StatusCode::OK, [(header::CONTENT_TYPE, OPENMETRICS)], body),
+        Err(_) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            plain,
+            "cannot encode the metrics\n".to_owned(),
+        ),
+    }
 }
 
 async fn readyz(State(health): State<Arc<Health>>) -> (StatusCode, String) {
@@ -225,6 +271,7 @@ async fn serve_within(
     let app = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
         .with_state(health);
     tokio::spawn(accept_loop(listener, app, stop, limits));
     Ok(bound)
@@ -297,6 +344,7 @@ mod tests {
         let health = Health {
             kinds: vec![a.clone(), b.clone()],
             detail: None,
+            metrics: None,
         };
         assert_eq!(health.ready(), Err("initial list not done: a, b".into()));
         a.list_done();
@@ -351,6 +399,44 @@ mod tests {
             let text = answer(&mut client).await;
             assert!(text.starts_with("HTTP/1.1 200"), "{text}");
             assert!(text.ends_with("ok\n"), "{text}");
+            stop.cancel();
+        }
+
+        #[tokio::test]
+        async fn metrics_are_served_as_openmetrics_or_refused_when_off() {
+            let request = b"GET /metrics HTTP/1.1\r\nHost: probe\r\n\r\n";
+            let (addr, stop) = start(ProbeLimits::DEFAULT).await;
+            let mut client = TcpStream::connect(addr).await.expect("connects");
+            client.write_all(request).await.expect("sends");
+            let text = answer(&mut client).await;
+            assert!(text.starts_with("HTTP/1.1 404"), "{text}");
+            stop.cancel();
+
+            let mut registry = prometheus_client::registry::Registry::default();
+            let counter: prometheus_client::metrics::counter::Counter = Default::default();
+            registry.register("things", "Things", counter.clone());
+            counter.inc();
+            let health = Health {
+                metrics: Some(Arc::new(registry)),
+                ..Health::default()
+            };
+            let stop = CancellationToken::new();
+            let local = ([127, 0, 0, 1], 0).into();
+            let addr = serve_within(local, Arc::new(health), stop.clone(), ProbeLimits::DEFAULT)
+                .await
+                .expect("a free port on the loopback");
+            let mut client = TcpStream::connect(addr).await.expect("connects");
+            client.write_all(request).await.expect("sends");
+            let text = answer(&mut client).await;
+            assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+            assert!(
+                text.contains(&format!("content-type: {OPENMETRICS}\r\n")),
+                "{text}"
+            );
+            assert!(
+                text.contains("\nthings_total 1\n") && text.ends_with("# EOF\n"),
+                "{text}"
+            );
             stop.cancel();
         }
 

@@ -1,7 +1,9 @@
 //! Client-side request limits: a tower layer under the operator's kube client that counts every
-//! request for the statistics and, when a limit is set, holds the requests to a token bucket.
+//! request for the statistics (and its answer, by verb and status code, for `/metrics`) and,
+//! when a limit is set, holds the requests to a token bucket.
 
 use crate::core::sync::lock;
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -9,7 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use http::{Method, Request};
+use futures::future::BoxFuture;
+use http::{Method, Request, Response, StatusCode, Uri};
 use tokio::time::{Instant, Sleep};
 use tower::{Layer, Service};
 
@@ -67,6 +70,10 @@ pub(crate) struct RateLimiter {
     total: AtomicU64,
     writes: AtomicU64,
     delayed: AtomicU64,
+    /// Answers by verb and status code (0: no answer, a transport error).
+    answers: Mutex<BTreeMap<(Verb, u16), u64>>,
+    /// Answers `429 Too Many Requests`: the API server throttled the operator.
+    throttled: AtomicU64,
 }
 
 impl RateLimiter {
@@ -105,6 +112,8 @@ impl RateLimiter {
             total: AtomicU64::new(0),
             writes: AtomicU64::new(0),
             delayed: AtomicU64::new(0),
+            answers: Mutex::default(),
+            throttled: AtomicU64::new(0),
         }
     }
 
@@ -121,6 +130,29 @@ impl RateLimiter {
         if !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) {
             self.writes.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// A request got an answer with `code` (0: none, it failed on the way).
+    fn answered(&self, verb: Verb, code: u16) {
+        if code == StatusCode::TOO_MANY_REQUESTS.as_u16() {
+            self.throttled.fetch_add(1, Ordering::Relaxed);
+        }
+        *lock(&self.answers).entry((verb, code)).or_default() += 1;
+    }
+
+    /// The answers so far: `(verb, status code or 0 for none, count)`, sorted.
+    pub(crate) fn answers(&self) -> Vec<(Verb, u16, u64)> {
+        let answers = lock(&self.answers);
+        answers
+            .iter()
+            .map(|(&(verb, code), &n)| (verb, code, n))
+            .collect()
+    }
+
+    /// Requests held back by the client-side limit, and answered `429` by the API server.
+    pub(crate) fn throttled(&self) -> (u64, u64) {
+        let delayed = self.delayed.load(Ordering::Relaxed);
+        (delayed, self.throttled.load(Ordering::Relaxed))
     }
 
     /// The counters so far.
@@ -159,13 +191,14 @@ pub(crate) struct RateLimited<S> {
     reserved: bool,
 }
 
-impl<S, B> Service<Request<B>> for RateLimited<S>
+impl<S, B, RB> Service<Request<B>> for RateLimited<S>
 where
-    S: Service<Request<B>>,
+    S: Service<Request<B>, Response = Response<RB>>,
+    S::Future: Send + 'static,
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = S::Future;
+    type Future = BoxFuture<'static, Result<S::Response, S::Error>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         while !self.reserved {
@@ -189,7 +222,88 @@ where
     fn call(&mut self, req: Request<B>) -> Self::Future {
         self.reserved = false;
         self.limiter.count(req.method());
-        self.inner.call(req)
+        let verb = Verb::of(req.method(), req.uri());
+        let limiter = self.limiter.clone();
+        let answer = self.inner.call(req);
+        Box::pin(async move {
+            let answer = answer.await;
+            let code = answer.as_ref().map_or(0, |a| a.status().as_u16());
+            limiter.answered(verb, code);
+            answer
+        })
+    }
+}
+
+/// What a request does, in the API server's terms (its audit log's `verb`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Verb {
+    Get,
+    List,
+    Watch,
+    Create,
+    Update,
+    Patch,
+    Delete,
+    DeleteCollection,
+    Other,
+}
+
+impl Verb {
+    /// The verb of a request with this method to this URI.
+    fn of(method: &Method, uri: &Uri) -> Self {
+        let watch = uri
+            .query()
+            .is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1"));
+        let collection = is_collection(uri.path());
+        match *method {
+            Method::GET if watch => Self::Watch,
+            Method::GET if collection => Self::List,
+            Method::GET => Self::Get,
+            Method::POST => Self::Create,
+            Method::PUT => Self::Update,
+            Method::PATCH => Self::Patch,
+            Method::DELETE if collection => Self::DeleteCollection,
+            Method::DELETE => Self::Delete,
+            _ => Self::Other,
+        }
+    }
+
+    /// The label value.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Get => "get",
+            Self::List => "list",
+            Self::Watch => "watch",
+            Self::Create => "create",
+            Self::Update => "update",
+            Self::Patch => "patch",
+            Self::Delete => "delete",
+            Self::DeleteCollection => "deletecollection",
+            Self::Other => "other",
+        }
+    }
+}
+
+/// Whether an API path names a collection (`/api/v1/pods`, `/apis/g/v/namespaces/ns/things`)
+/// rather than one object, a subresource or a discovery document.
+fn is_collection(path: &str) -> bool {
+    let mut parts = [""; 7];
+    let mut n = 0;
+    for part in path.trim_matches('/').split('/') {
+        let Some(slot) = parts.get_mut(n) else {
+            return false;
+        };
+        *slot = part;
+        n += 1;
+    }
+    let (["api", _, rest @ ..] | ["apis", _, _, rest @ ..]) = &parts[..n] else {
+        return false;
+    };
+    match rest {
+        [plural] => !plural.is_empty(),
+        // Not a namespace's own subresources.
+        ["namespaces", _, plural] => !matches!(*plural, "status" | "finalize"),
+        _ => false,
     }
 }
 
@@ -208,20 +322,73 @@ mod tests {
         assert!(limiter.try_take(now + Duration::from_millis(100)).is_ok());
     }
 
+    /// Answers `200`, or `429` to a request with the header `x-throttle`.
     struct Echo;
 
     impl Service<Request<()>> for Echo {
-        type Response = ();
+        type Response = Response<()>;
         type Error = Infallible;
-        type Future = std::future::Ready<Result<(), Infallible>>;
+        type Future = std::future::Ready<Result<Response<()>, Infallible>>;
 
         fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
             Poll::Ready(Ok(()))
         }
 
-        fn call(&mut self, _req: Request<()>) -> Self::Future {
-            std::future::ready(Ok(()))
+        fn call(&mut self, req: Request<()>) -> Self::Future {
+            let mut answer = Response::new(());
+            if req.headers().contains_key("x-throttle") {
+                *answer.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+            }
+            std::future::ready(Ok(answer))
         }
+    }
+
+    #[test]
+    fn verbs_are_the_api_servers() {
+        let verb = |method: Method, uri: &str| Verb::of(&method, &uri.parse().unwrap());
+        let ns = "/apis/kopf.dev/v1/namespaces/ns/kopfexamples";
+        assert_eq!(verb(Method::GET, ns), Verb::List);
+        assert_eq!(
+            verb(Method::GET, &format!("{ns}?watch=true&rv=5")),
+            Verb::Watch
+        );
+        assert_eq!(verb(Method::GET, &format!("{ns}/a")), Verb::Get);
+        assert_eq!(verb(Method::PATCH, &format!("{ns}/a/status")), Verb::Patch);
+        assert_eq!(
+            verb(Method::GET, "/apis/kopf.dev/v1/kopfexamples"),
+            Verb::List
+        );
+        assert_eq!(verb(Method::GET, "/api/v1/namespaces"), Verb::List);
+        assert_eq!(verb(Method::GET, "/api/v1/namespaces/ns"), Verb::Get);
+        assert_eq!(verb(Method::GET, "/api/v1/namespaces/ns/status"), Verb::Get);
+        assert_eq!(verb(Method::GET, "/apis/kopf.dev/v1"), Verb::Get);
+        assert_eq!(verb(Method::GET, "/version"), Verb::Get);
+        let events = "/apis/events.k8s.io/v1/namespaces/ns/events";
+        assert_eq!(verb(Method::POST, events), Verb::Create);
+        assert_eq!(verb(Method::DELETE, events), Verb::DeleteCollection);
+        assert_eq!(verb(Method::DELETE, &format!("{events}/e")), Verb::Delete);
+        assert_eq!(verb(Method::PUT, &format!("{events}/e")), Verb::Update);
+    }
+
+    #[tokio::test]
+    async fn answers_are_counted_by_verb_and_code() {
+        let limiter = Arc::new(RateLimiter::unlimited());
+        let mut svc = RateLimitLayer(limiter.clone()).layer(Echo);
+        for throttle in [false, true, true] {
+            std::future::poll_fn(|cx| svc.poll_ready(cx)).await.unwrap();
+            let mut req = Request::builder()
+                .method(Method::PATCH)
+                .uri("/api/v1/namespaces/n/pods/p");
+            if throttle {
+                req = req.header("x-throttle", "1");
+            }
+            svc.call(req.body(()).unwrap()).await.unwrap();
+        }
+        assert_eq!(
+            limiter.answers(),
+            vec![(Verb::Patch, 200, 1), (Verb::Patch, 429, 2)]
+        );
+        assert_eq!(limiter.throttled(), (0, 2));
     }
 
     /// Sends `count` requests one after another through the layer (a write every other one).

@@ -16,6 +16,7 @@ mod identity;
 pub(crate) mod kind;
 mod limits;
 mod logging;
+pub(crate) mod metrics;
 pub(crate) mod options;
 mod replicas;
 mod schema;

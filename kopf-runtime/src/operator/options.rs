@@ -45,6 +45,10 @@ pub(crate) struct Options {
     pub(crate) sharding: Option<Sharding>,
     /// Where a copy of every handler effect goes (`testing::LiveOperator`'s outcomes).
     pub(crate) outcomes: Option<tokio::sync::broadcast::Sender<crate::core::effects::Effect>>,
+    /// Whether the operator keeps metrics (default: yes).
+    pub(crate) metrics: bool,
+    /// The registry the metrics go into, with the user's own (default: a new one).
+    pub(crate) metrics_registry: Option<prometheus_client::registry::Registry>,
 }
 
 impl std::fmt::Debug for Options {
@@ -93,6 +97,8 @@ impl Default for Options {
             leader_election: None,
             sharding: None,
             outcomes: None,
+            metrics: true,
+            metrics_registry: None,
         }
     }
 }

@@ -68,6 +68,8 @@ pub(crate) async fn run(runner: &mut Runner, schedule: CronSchedule) -> Exit {
             .then(|| latest_missed(runner, &plan, last, now))
             .flatten();
         catch_up = false;
+        // When the occurrence's run was due on the monotonic clock (not for a missed one).
+        let mut due = None;
         let occurrence = if let Some(missed) = missed {
             tracing::info!(object = %runner.reference, handler = runner.spec.id,
                 occurrence = %missed, "running the latest missed occurrence once");
@@ -80,7 +82,10 @@ pub(crate) async fn run(runner: &mut Runner, schedule: CronSchedule) -> Exit {
                 return runner.finished();
             };
             match wait_for(runner, &clock, next).await {
-                Wait::Reached => next,
+                Wait::Reached => {
+                    due = Some(monotonic_past(&clock, next));
+                    next
+                }
                 Wait::Stopped => return Exit::Exited,
                 Wait::Jumped => {
                     catch_up = schedule.missed == Missed::RunOnce;
@@ -93,11 +98,12 @@ pub(crate) async fn run(runner: &mut Runner, schedule: CronSchedule) -> Exit {
             if runner.sleep_until(Instant::now() + delay).await {
                 return Exit::Exited;
             }
+            due = due.map(|at| at + delay);
         }
         let deadline = plan
             .next_after(occurrence)
             .map(|next| monotonic(&clock, next));
-        let fired = fire(runner, occurrence, deadline, &key).await;
+        let fired = fire(runner, (occurrence, due), deadline, &key).await;
         last = Some(occurrence);
         remember(runner, occurrence);
         match fired {
@@ -158,6 +164,13 @@ fn monotonic(clock: &WallClock, at: Timestamp) -> Instant {
     Instant::now() + Duration::try_from(ahead).unwrap_or_default()
 }
 
+/// When the wall clock read `at` (now if it is still ahead), on the monotonic clock.
+fn monotonic_past(clock: &WallClock, at: Timestamp) -> Instant {
+    let now = Instant::now();
+    let behind = Duration::try_from(clock.now().duration_since(at)).unwrap_or_default();
+    now.checked_sub(behind).unwrap_or(now)
+}
+
 /// Waits until the wall clock reads `target`, in naps of at most [`NAP`] on the monotonic
 /// clock; a jump of the wall clock ends the wait early.
 async fn wait_for(runner: &Runner, clock: &WallClock, target: Timestamp) -> Wait {
@@ -183,11 +196,12 @@ async fn wait_for(runner: &Runner, clock: &WallClock, target: Timestamp) -> Wait
     }
 }
 
-/// Runs one occurrence, retrying a failure only while the retry starts before `deadline` (the
-/// next occurrence); records the occurrence with the result, or alone.
+/// Runs one occurrence (due then on the monotonic clock, if it was waited for), retrying a
+/// failure only while the retry starts before `deadline` (the next occurrence); records the
+/// occurrence with the result, or alone.
 async fn fire(
     runner: &Runner,
-    occurrence: Timestamp,
+    (occurrence, due): (Timestamp, Option<Instant>),
     deadline: Option<Instant>,
     key: &str,
 ) -> Fired {
@@ -198,6 +212,7 @@ async fn fire(
             retry,
             started,
             occurrence: Some(occurrence),
+            due: due.filter(|_| retry == 0),
         };
         let err = match attempt.run(runner).await {
             AttemptEnd::Stopped(exit) => return Fired::Stopped(exit),

@@ -28,6 +28,7 @@ pub(crate) async fn run(runner: &mut Runner) -> Exit {
             retry,
             started,
             occurrence: None,
+            due: None,
         };
         let err = match attempt.run(runner).await {
             AttemptEnd::Stopped(exit) => return exit,

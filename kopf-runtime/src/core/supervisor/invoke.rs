@@ -13,6 +13,7 @@ use tokio::time::{Instant, Sleep};
 
 use super::blocking::{Thread, spawn_thread};
 use super::ladder::{Action, Input, Ladder, LadderConfig};
+use super::meter::{InvocationResult, StopStep};
 use super::runner::{Runner, panic_message};
 use super::state::Exit;
 use crate::core::erased::{Call, Invocation, Output};
@@ -30,6 +31,8 @@ pub(crate) struct Attempt {
     pub(crate) started: Instant,
     /// A cron timer's occurrence.
     pub(crate) occurrence: Option<jiff::Timestamp>,
+    /// When a timer's schedule wanted this run to start (its lateness is measured from it).
+    pub(crate) due: Option<Instant>,
 }
 
 /// How an attempt ended.
@@ -53,23 +56,36 @@ impl Work {
         runner: &Runner,
         invocation: Invocation,
         permit: Option<OwnedSemaphorePermit>,
-    ) -> Result<Self, HandlerError> {
-        let call = catch_unwind(AssertUnwindSafe(|| runner.handler.invoke(invocation)))
-            .map_err(|panic| runner.panicked(&panic_message(&panic)))??;
+    ) -> Result<Self, (HandlerError, InvocationResult)> {
+        let failed = |err: HandlerError| {
+            let result = InvocationResult::of_error(&err);
+            (err, result)
+        };
+        let call = match catch_unwind(AssertUnwindSafe(|| runner.handler.invoke(invocation))) {
+            Ok(call) => call.map_err(failed)?,
+            Err(panic) => {
+                let err = runner.panicked(&panic_message(&panic));
+                return Err((err, InvocationResult::Panic));
+            }
+        };
         match call {
             Call::Async(fut) => Ok(Self::Async(AssertUnwindSafe(fut).catch_unwind())),
             Call::Blocking(job) => {
                 let permit = match permit {
                     Some(permit) => permit,
                     None => runner.acquire_thread().await.ok_or_else(|| {
-                        HandlerError::msg("stopped while waiting for a dedicated thread")
+                        failed(HandlerError::msg(
+                            "stopped while waiting for a dedicated thread",
+                        ))
                     })?,
                 };
                 let name = format!("kopf:{}", runner.spec.id);
                 spawn_thread(name, permit, &runner.inner.threads, job)
                     .map(Self::Thread)
                     .map_err(|err| {
-                        HandlerError::msg("cannot start a dedicated thread").with_source(err)
+                        failed(
+                            HandlerError::msg("cannot start a dedicated thread").with_source(err),
+                        )
                     })
             }
         }
@@ -106,8 +122,11 @@ impl Work {
             let input = tokio::select! {
                 biased;
                 result = self.wait() => {
-                    let outcome = result.map_err(|message| runner.panicked(&message)).and_then(|o| o);
-                    return (Ended::Returned(outcome), timed_out);
+                    let ended = match result {
+                        Ok(outcome) => Ended::Returned(outcome),
+                        Err(message) => Ended::Panicked(runner.panicked(&message)),
+                    };
+                    return (ended, timed_out);
                 }
                 // Running: wait for the stop flag. Stopping: wait for the shutdown deadline,
                 // which marks every instance still running ABANDONED (shutdown stops them all
@@ -150,6 +169,7 @@ impl Work {
             Action::None => None,
             Action::Signal => {
                 stopper.stop(StopReason::SIGNALLED);
+                runner.ladder_reached(StopStep::Signalled);
                 tracing::debug!(%object, handler, "{} is signalled to exit gracefully", runner.kind());
                 None
             }
@@ -160,11 +180,13 @@ impl Work {
             }
             Action::Cancel => {
                 stopper.stop(StopReason::CANCELLED);
+                runner.ladder_reached(StopStep::Cancelled);
                 tracing::debug!(%object, handler, "{} is cancelled", runner.kind());
                 matches!(self, Self::Async(_)).then_some(Ended::Cancelled)
             }
             Action::Abandon => {
                 stopper.stop(StopReason::ABANDONED);
+                runner.ladder_reached(StopStep::Abandoned);
                 tracing::warn!(%object, uid = %object.uid, handler, "{} did not exit in time; abandoning it", runner.kind());
                 Some(Ended::Abandoned)
             }
@@ -186,6 +208,8 @@ impl Work {
 /// How the driver left an invocation.
 enum Ended {
     Returned(Outcome),
+    /// The handler panicked (the error reports it).
+    Panicked(HandlerError),
     Cancelled,
     Abandoned,
 }
@@ -234,9 +258,20 @@ impl Attempt {
             object = %runner.reference, handler = runner.spec.id, retry = attempt.retry,
             "{} invoked", runner.kind()
         );
+        // Counted: when the run was due (timers), and how long it ran.
+        let began = runner.meter().map(|meter| {
+            let now = Instant::now();
+            if let Some(due) = attempt.due {
+                meter.lateness.observe(now.saturating_duration_since(due));
+            }
+            now
+        });
         let work = match Work::start(runner, invocation, permit).await {
             Ok(work) => work,
-            Err(err) => return AttemptEnd::Finished(Err(err)),
+            Err((err, result)) => {
+                runner.count_invocation(result, began);
+                return AttemptEnd::Finished(Err(err));
+            }
         };
         let thread_ended = match &work {
             Work::Thread(thread) => Some(thread.ended.clone()),
@@ -247,12 +282,23 @@ impl Attempt {
             // Its thread may run on: the slot is held until it returns.
             runner.shared.leave_thread(thread_ended);
         }
+        let result = match &ended {
+            _ if timed_out => InvocationResult::Timeout,
+            Ended::Returned(Ok(_)) => InvocationResult::Success,
+            Ended::Returned(Err(err)) => InvocationResult::of_error(err),
+            Ended::Panicked(_) => InvocationResult::Panic,
+            Ended::Cancelled | Ended::Abandoned => InvocationResult::Stopped,
+        };
+        runner.count_invocation(result, began);
         let timeout = || HandlerError::timeout(runner.spec.timeout.unwrap_or_default());
         match ended {
-            Ended::Returned(_) | Ended::Cancelled | Ended::Abandoned if timed_out => {
+            Ended::Returned(_) | Ended::Panicked(_) | Ended::Cancelled | Ended::Abandoned
+                if timed_out =>
+            {
                 AttemptEnd::Finished(Err(timeout()))
             }
             Ended::Returned(outcome) => AttemptEnd::Finished(outcome),
+            Ended::Panicked(err) => AttemptEnd::Finished(Err(err)),
             Ended::Cancelled => AttemptEnd::Stopped(Exit::Cancelled),
             Ended::Abandoned => AttemptEnd::Stopped(Exit::Abandoned),
         }

@@ -285,6 +285,7 @@ impl SupervisorCore {
         let reference = entry.reference.clone();
         let kind = self.handlers[index].spec().kind;
         state.record_exit(reference, self.handlers[index].spec().id, kind, exit);
+        self.count_stop(index, instance, exit);
         self.active.send_modify(|n| *n = n.saturating_sub(1));
         self.reconcile_with(&mut state, uid, exit != Exit::Dropped);
     }
@@ -387,6 +388,7 @@ impl SupervisorCore {
             for (index, slot) in entry.slots.iter_mut().enumerate() {
                 if let Run::Active(active) = &slot.run {
                     active.shared.stop(StopReason::ABANDONED);
+                    self.count_stop(index, &active.shared, Exit::Abandoned);
                     slot.run = Run::Idle;
                     left.push((Arc::clone(uid), entry.reference.clone(), index));
                 }

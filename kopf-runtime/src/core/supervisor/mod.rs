@@ -17,6 +17,7 @@ mod essence;
 mod invoke;
 mod ladder;
 mod lifecycle;
+pub(crate) mod meter;
 mod policy;
 mod report;
 mod runner;
@@ -35,6 +36,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use self::blocking::BlockingPool;
 pub use self::config::SupervisorConfig;
+use self::meter::{HandlerMeter, MeterReader};
 pub use self::report::ShutdownReport;
 pub use self::state::InScope;
 use self::state::{State, SupervisorCore};
@@ -139,7 +141,19 @@ impl Supervisor {
         services: Services,
         config: SupervisorConfig,
     ) -> (Self, mpsc::UnboundedReceiver<Effect>) {
+        Self::build(handlers, services, config, false)
+    }
+
+    /// [`Supervisor::new`], counting every handler's invocations, durations, lateness, retries
+    /// and stops (`metered`), which [`Supervisor::meters`] reads.
+    pub(crate) fn build(
+        handlers: Vec<Arc<dyn ErasedHandler>>,
+        services: Services,
+        config: SupervisorConfig,
+        metered: bool,
+    ) -> (Self, mpsc::UnboundedReceiver<Effect>) {
         let (tx, rx) = mpsc::unbounded_channel();
+        let meters = metered.then(|| handlers.iter().map(|_| HandlerMeter::default()).collect());
         let needs_essence = handlers.iter().any(|h| {
             let spec = h.spec();
             spec.kind == HandlerKind::Timer && spec.schedule.idle.is_some()
@@ -162,6 +176,7 @@ impl Supervisor {
             force: CancellationToken::new(),
             needs_essence,
             clearance: OnceLock::new(),
+            meters,
         };
         (
             Self {
@@ -375,6 +390,12 @@ impl Supervisor {
             .filter(|(_, e)| e.is_busy())
             .map(|(uid, _)| Arc::clone(uid))
             .collect()
+    }
+
+    /// Reads the counters and instances (`None`: the supervisor was made without counters).
+    pub(crate) fn meters(&self) -> Option<MeterReader> {
+        let core = self.inner();
+        core.meters.is_some().then(|| MeterReader(Arc::clone(core)))
     }
 
     /// From now on, every invocation starts only while `clearance` allows it, and otherwise

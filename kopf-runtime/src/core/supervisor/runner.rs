@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, watch};
 use tokio::time::Instant;
 
+use super::meter::{HandlerMeter, InvocationResult, StopStep};
 use super::policy::{Verdict, judge};
 use super::state::{Exit, IdleClock, InstanceShared, ObjectEntry, SupervisorCore};
 use crate::core::effects::Effect;
@@ -101,6 +102,26 @@ impl Runner {
         self.spec.kind.as_str()
     }
 
+    /// The handler's counters, when the supervisor counts.
+    pub(crate) fn meter(&self) -> Option<&HandlerMeter> {
+        self.inner.meter(self.index)
+    }
+
+    /// Counts an invocation that began at `began` (`None`: not counted) and ended so.
+    pub(crate) fn count_invocation(&self, result: InvocationResult, began: Option<Instant>) {
+        if let (Some(meter), Some(began)) = (self.meter(), began) {
+            meter.invoked(result, began.elapsed());
+        }
+    }
+
+    /// The stop ladder took `step`: remembered if the instance was asked to stop (a ladder run
+    /// for a handler timeout alone is not a stop of the instance).
+    pub(crate) fn ladder_reached(&self, step: StopStep) {
+        if self.stopping() {
+            self.shared.ladder.reached(step);
+        }
+    }
+
     /// Whether the instance was asked to stop.
     pub(crate) fn stopping(&self) -> bool {
         self.shared.is_stopping()
@@ -174,6 +195,9 @@ impl Runner {
             }
             Verdict::Retry { delay } if !self.stopping() => {
                 tracing::error!(%object, handler, "{} failed, retrying in {delay:?}: {message}", self.kind());
+                if let Some(meter) = self.meter() {
+                    meter.retried();
+                }
                 true
             }
             Verdict::Exhausted if self.spec.kind == HandlerKind::Timer => {

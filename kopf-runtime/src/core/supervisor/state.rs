@@ -9,6 +9,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::config::SupervisorConfig;
+use super::meter::{HandlerMeter, LadderMark};
 use super::report::ShutdownPhase;
 use crate::core::clearance::Clearance;
 use crate::core::effects::Effect;
@@ -43,6 +44,8 @@ pub(crate) struct SupervisorCore {
     pub(crate) needs_essence: bool,
     /// Until when invocations may start (no limit if unset).
     pub(crate) clearance: OnceLock<Clearance>,
+    /// The counters per handler, by handler index (`None`: the supervisor does not count).
+    pub(crate) meters: Option<Box<[HandlerMeter]>>,
 }
 
 /// Which objects' handlers may run, by UID (see `Supervisor::set_scope`).
@@ -293,6 +296,8 @@ pub(crate) struct InstanceShared {
     current: Mutex<Option<Stopper>>,
     /// Waiting for a dedicated thread.
     pub(crate) queued: AtomicBool,
+    /// How far the stop ladder went once the instance was asked to stop (for `/metrics`).
+    pub(crate) ladder: LadderMark,
     /// Cancelled when the thread of this instance's last abandoned invocation returns.
     lingering: Mutex<Option<CancellationToken>>,
 }

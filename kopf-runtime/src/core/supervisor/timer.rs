@@ -45,32 +45,41 @@ pub(crate) async fn run(runner: &mut Runner) -> Exit {
     }
     let schedule = &runner.spec.schedule;
     let one_shot = schedule.once || (schedule.interval.is_none() && schedule.idle.is_none());
-    if let Some(delay) = runner.initial_delay()
-        && runner.sleep_until(Instant::now() + delay).await
-    {
-        return Exit::Exited;
+    // When the schedule wants the next run to start (for its lateness; `None`: no schedule).
+    let mut due = None;
+    if let Some(delay) = runner.initial_delay() {
+        let at = Instant::now() + delay;
+        if runner.sleep_until(at).await {
+            return Exit::Exited;
+        }
+        due = Some(at);
     }
     let mut position: Option<Position> = None;
     loop {
-        if let Some(pos) = &position
-            && wait_for_next(runner, pos).await
-        {
-            return Exit::Exited;
+        if let Some(pos) = &position {
+            match wait_for_next(runner, pos).await {
+                Next::Due(at) => due = at,
+                Next::Stopped => return Exit::Exited,
+            }
         }
         // The rarer waits and the cycle are boxed, so that the task between runs holds only a
         // sleep: the size of every instance's task is that of its largest await.
-        if let Some(idle) = schedule.idle
-            && Box::pin(wait_idle(runner, idle)).await
-        {
-            return Exit::Exited;
+        if let Some(idle) = schedule.idle {
+            if Box::pin(wait_idle(runner, idle)).await {
+                return Exit::Exited;
+            }
+            if runner.meter().is_some() {
+                due = due.max(Some(runner.idle.get().0 + idle));
+            }
         }
         if let Some(jitter) = schedule.jitter {
             let delay = draw_jitter(&mut lock_rng(runner), jitter);
             if runner.sleep_until(Instant::now() + delay).await {
                 return Exit::Exited;
             }
+            due = due.map(|at| at + delay);
         }
-        match Box::pin(cycle(runner, &mut position)).await {
+        match Box::pin(cycle(runner, &mut position, due.take())).await {
             Cycle::Stopped(exit) => return exit,
             Cycle::Permanent => return runner.finished(),
             Cycle::Over if one_shot => return runner.finished(),
@@ -83,18 +92,34 @@ fn lock_rng(runner: &Runner) -> std::sync::MutexGuard<'_, fastrand::Rng> {
     lock(&runner.inner.rng)
 }
 
+/// How a wait for the next cycle ended.
+enum Next {
+    /// The cycle may start; it was due then (`None`: not on a schedule, e.g. after a change).
+    Due(Option<Instant>),
+    /// Asked to stop.
+    Stopped,
+}
+
 /// Waits for the next cycle after the previous one: the interval, or (idle-only) a change of
-/// the essence after the previous run started. `true` if asked to stop.
-async fn wait_for_next(runner: &mut Runner, pos: &Position) -> bool {
+/// the essence after the previous run started.
+async fn wait_for_next(runner: &mut Runner, pos: &Position) -> Next {
     let schedule = runner.spec.schedule;
     let now = Instant::now();
-    match schedule.interval {
-        Some(interval) if schedule.sharp => {
-            let at = next_sharp_tick(pos.anchor, interval, pos.last_start, now);
-            runner.sleep_until(at).await
+    let (stopped, due) = match schedule.interval {
+        Some(interval) => {
+            let at = if schedule.sharp {
+                next_sharp_tick(pos.anchor, interval, pos.last_start, now)
+            } else {
+                now + interval.max(MIN_INTERVAL)
+            };
+            (runner.sleep_until(at).await, Some(at))
         }
-        Some(interval) => runner.sleep_until(now + interval.max(MIN_INTERVAL)).await,
-        None => Box::pin(wait_for_change(runner, pos.changes)).await,
+        None => (Box::pin(wait_for_change(runner, pos.changes)).await, None),
+    };
+    if stopped {
+        Next::Stopped
+    } else {
+        Next::Due(due)
     }
 }
 
@@ -146,8 +171,8 @@ async fn wait_for_version(runner: &mut Runner) -> bool {
     }
 }
 
-/// One cycle: invoke, and retry while the failure is retryable.
-async fn cycle(runner: &Runner, position: &mut Option<Position>) -> Cycle {
+/// One cycle (its first run due at `due`): invoke, and retry while the failure is retryable.
+async fn cycle(runner: &Runner, position: &mut Option<Position>, due: Option<Instant>) -> Cycle {
     let started = Instant::now();
     let mut retry = 0;
     loop {
@@ -163,6 +188,7 @@ async fn cycle(runner: &Runner, position: &mut Option<Position>) -> Cycle {
             retry,
             started,
             occurrence: None,
+            due: due.filter(|_| retry == 0),
         };
         let err = match attempt.run(runner).await {
             AttemptEnd::Stopped(exit) => return Cycle::Stopped(exit),

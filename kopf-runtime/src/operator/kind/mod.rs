@@ -74,6 +74,8 @@ pub(crate) struct Shared {
     pub(crate) clearance: Option<Clearance>,
     /// With sharding: the watch mode asked for, and where the mode used is recorded.
     pub(crate) sharding: Option<(ShardWatch, Arc<OnceLock<ShardWatch>>)>,
+    /// Whether the supervisors count for `/metrics`.
+    pub(crate) metrics: bool,
 }
 
 impl Shared {
@@ -120,7 +122,7 @@ pub(crate) fn launch(
         blocking: shared.blocking.clone(),
         ..shared.config.clone()
     };
-    let (supervisor, mut effects) = Supervisor::new(handlers, services, config);
+    let (supervisor, mut effects) = Supervisor::build(handlers, services, config, shared.metrics);
     if let Some(clearance) = &shared.clearance {
         supervisor.pause(); // until this replica leads
         supervisor.set_clearance(clearance.clone());

@@ -293,6 +293,7 @@ impl<O: Observer> Stream<O> {
             let event = match next {
                 Some(Ok(event)) => event,
                 Some(Err(err)) => {
+                    health.watch_failed();
                     report_watch_error(&resource, &ns, &err, &mut last_error);
                     continue;
                 }
@@ -310,7 +311,12 @@ impl<O: Observer> Stream<O> {
                 info!(resource = %resource, namespace = %ns, "the watch has recovered");
             }
             match event {
-                Event::Init => relist = Some(HashSet::new()),
+                Event::Init => {
+                    if listed {
+                        health.relisted();
+                    }
+                    relist = Some(HashSet::new());
+                }
                 Event::InitApply(obj) => {
                     if let Some(uid) = observer.observe(obj) {
                         relist.get_or_insert_with(HashSet::new).insert(uid);

@@ -104,6 +104,15 @@ impl Records {
         self.lock().len()
     }
 
+    /// The objects not gone, and how many of them carry `finalizer` (for `/metrics`).
+    pub(crate) fn census(&self, finalizer: &str) -> (usize, usize) {
+        let records = self.lock();
+        let live = records.values().filter(|r| !r.gone);
+        live.fold((0, 0), |(objects, held), r| {
+            (objects + 1, held + usize::from(r.view.has(finalizer)))
+        })
+    }
+
     /// The UIDs of every record.
     pub(crate) fn uids(&self) -> Vec<Arc<str>> {
         self.lock().keys().cloned().collect()

@@ -1,0 +1,179 @@
+//! `/metrics`: the operator's registry (the user's `prometheus_client` registry, or a new one)
+//! with one collector of the operator's own metrics in it, read at scrape time from counters the
+//! parts keep anyway: the supervisors' per-handler counters and instance census, the request
+//! counter of the client, the watches' health, the records of the objects, the write slots, and
+//! the election or shard membership. Nothing is recorded for the metrics alone, except the
+//! supervisors' per-handler counters (a few atomic additions per invocation).
+//!
+//! Labels are the resource kind, the handler id, and a result, reason, step, verb or status
+//! code: never an object's name, namespace or UID, so the number of series does not grow with
+//! the objects.
+
+mod encode;
+
+use std::sync::{Arc, OnceLock};
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::DescriptorEncoder;
+use prometheus_client::registry::Registry;
+use tokio::sync::Semaphore;
+
+use super::election::Elector;
+use super::health::KindHealth;
+use super::limits::RateLimiter;
+use super::replicas::Replicas;
+use super::shard::member::Member;
+use super::write::records::Records;
+use crate::core::resource::ResourceInfo;
+use crate::core::supervisor::Supervisor;
+use crate::core::supervisor::meter::MeterReader;
+
+/// The operator's metrics: the registry `/metrics` serves, and the collector in it.
+#[derive(Debug, Clone)]
+pub(crate) struct OperatorMetrics {
+    registry: Arc<Registry>,
+    collector: Arc<OperatorCollector>,
+}
+
+impl OperatorMetrics {
+    /// `registry` (or a new one) with the operator's collector registered in it. The resource
+    /// kinds are [attached](Self::attach) once they are launched; until then only the
+    /// requests and the replica state are reported.
+    pub(crate) fn new(
+        registry: Option<Registry>,
+        limiter: Option<Arc<RateLimiter>>,
+        replicas: &Replicas,
+    ) -> Self {
+        let collector = Arc::new(OperatorCollector {
+            limiter,
+            replicas: ReplicaProbe::of(replicas),
+            attached: OnceLock::new(),
+        });
+        let mut registry = registry.unwrap_or_default();
+        registry.register_collector(Box::new(collector.clone()));
+        Self {
+            registry: Arc::new(registry),
+            collector,
+        }
+    }
+
+    /// The registry to serve.
+    pub(crate) fn registry(&self) -> Arc<Registry> {
+        self.registry.clone()
+    }
+
+    /// Reports the kinds from now on, and the write slots (`limit` of them; the first call
+    /// counts).
+    pub(crate) fn attach(&self, kinds: Vec<KindProbe>, slots: &Arc<Semaphore>, limit: usize) {
+        let writes = WriteSlots {
+            slots: slots.clone(),
+            limit,
+        };
+        let _first = self.collector.attached.set(Attached { kinds, writes });
+    }
+}
+
+/// What the metrics read of one resource kind.
+#[derive(Debug)]
+pub(crate) struct KindProbe {
+    /// The kind, as the `resource` label.
+    resource: String,
+    meters: Option<MeterReader>,
+    records: Arc<Records>,
+    health: Arc<KindHealth>,
+    finalizer: Arc<str>,
+}
+
+impl KindProbe {
+    pub(crate) fn new(
+        info: &ResourceInfo,
+        supervisor: &Supervisor,
+        records: Arc<Records>,
+        health: Arc<KindHealth>,
+        finalizer: Arc<str>,
+    ) -> Self {
+        Self {
+            resource: info.to_string(),
+            meters: supervisor.meters(),
+            records,
+            health,
+            finalizer,
+        }
+    }
+}
+
+/// The writes in flight: the slots and how many there are.
+#[derive(Debug)]
+struct WriteSlots {
+    slots: Arc<Semaphore>,
+    limit: usize,
+}
+
+impl WriteSlots {
+    /// The slots taken now.
+    fn in_flight(&self) -> usize {
+        self.limit.saturating_sub(self.slots.available_permits())
+    }
+}
+
+/// What is attached once the kinds run.
+#[derive(Debug)]
+struct Attached {
+    kinds: Vec<KindProbe>,
+    writes: WriteSlots,
+}
+
+/// How this replica works with the others, for the leadership and shard gauges.
+#[derive(Debug)]
+enum ReplicaProbe {
+    Alone,
+    Elected(Arc<Elector>),
+    Sharded(Arc<Member>),
+}
+
+impl ReplicaProbe {
+    fn of(replicas: &Replicas) -> Self {
+        match replicas {
+            Replicas::Alone => Self::Alone,
+            Replicas::Elected(elector) => Self::Elected(elector.clone()),
+            Replicas::Sharded(member) => Self::Sharded(member.clone()),
+        }
+    }
+}
+
+/// The collector of the operator's metrics.
+#[derive(Debug)]
+struct OperatorCollector {
+    limiter: Option<Arc<RateLimiter>>,
+    replicas: ReplicaProbe,
+    attached: OnceLock<Attached>,
+}
+
+impl Collector for OperatorCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> std::fmt::Result {
+        if let Some(attached) = self.attached.get() {
+            let kinds: Vec<_> = attached.kinds.iter().map(encode::KindView::read).collect();
+            encode::handlers(&mut encoder, &kinds)?;
+            encode::instances(&mut encoder, &kinds)?;
+            encode::kinds(&mut encoder, &kinds)?;
+            encode::writes(
+                &mut encoder,
+                attached.writes.in_flight(),
+                attached.writes.limit,
+            )?;
+        }
+        if let Some(limiter) = &self.limiter {
+            encode::requests(&mut encoder, limiter)?;
+        }
+        match &self.replicas {
+            ReplicaProbe::Alone => Ok(()),
+            ReplicaProbe::Elected(elector) => {
+                encode::leadership(&mut encoder, &elector.leadership())
+            }
+            ReplicaProbe::Sharded(member) => encode::membership(&mut encoder, &member.membership()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
