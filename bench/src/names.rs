@@ -12,6 +12,10 @@ pub const KIND: &str = "KopfExample";
 /// The plural of the benchmark resource.
 pub const PLURAL: &str = "kopfexamples";
 
+/// The sharded group of scenario 9: its Lease `kopf-bench-shards` and one Lease per member,
+/// `kopf-bench-shards-<identity>`, in [`NAMESPACE`].
+pub const SHARD_GROUP: &str = "kopf-bench-shards";
+
 /// The handler id of every arm's timer or daemon (the key of its result under `status`).
 pub const HANDLER_ID: &str = "tick";
 

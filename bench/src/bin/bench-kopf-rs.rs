@@ -2,20 +2,23 @@
 //! with `#[timer]` / `#[daemon]`, run by `kopf_runtime::Operator` with its defaults (finalizers
 //! on, the default client-side request limits, human logs at the default level) until SIGTERM.
 //!
-//! Usage: `bench-kopf-rs timers | daemons | timers-write | daemons-ha` with `BENCH_FIRES` (the
-//! fire log). `daemons-ha` runs the daemons as one of several replicas with leader election
-//! (client-go's default timing; the Lease `kopf-bench` in the benchmark's namespace).
+//! Usage: `bench-kopf-rs timers | daemons | timers-write | daemons-ha | daemons-shard` with
+//! `BENCH_FIRES` (the fire log). `daemons-ha` runs the daemons as one of several replicas with
+//! leader election (client-go's default timing; the Lease `kopf-bench` in the benchmark's
+//! namespace). `daemons-shard` runs them as one member of the sharded group `kopf-bench-shards`
+//! (client-go's default timing), with the identity in `BENCH_IDENTITY` (default: the operator's).
+//! `BENCH_METRICS=0` turns the operator's metrics off (to measure what they cost per fire).
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use kopf_bench::firelog::unix_nanos;
-use kopf_bench::names::NAMESPACE;
+use kopf_bench::names::{NAMESPACE, SHARD_GROUP};
 use kopf_bench::{FireLog, Tag};
 use kopf_examples::crd::KopfExample;
 use kopf_runtime::{
-    HandlerResult, LeaderElection, LogFormat, Operator, Registry, Stopper, daemon, timer,
+    HandlerResult, LeaderElection, LogFormat, Operator, Registry, Sharding, Stopper, daemon, timer,
 };
 use kube::ResourceExt as _;
 use serde_json::{Value, json};
@@ -60,11 +63,11 @@ async fn tick_daemon(obj: Arc<KopfExample>, stopper: Stopper) -> HandlerResult {
 async fn main() -> anyhow::Result<()> {
     let mode = std::env::args()
         .nth(1)
-        .context("usage: bench-kopf-rs timers|daemons|timers-write|daemons-ha")?;
+        .context("usage: bench-kopf-rs timers|daemons|timers-write|daemons-ha|daemons-shard")?;
     let id = match mode.as_str() {
         "timers" => "tick_timer",
         "timers-write" => "tick",
-        "daemons" | "daemons-ha" => "tick_daemon",
+        "daemons" | "daemons-ha" | "daemons-shard" => "tick_daemon",
         other => bail!("unknown mode {other:?}"),
     };
     let _ = LOG.set(FireLog::from_env()?);
@@ -72,9 +75,18 @@ async fn main() -> anyhow::Result<()> {
     let mut builder = Operator::builder()
         .namespaces([NAMESPACE])
         .registry(&registry)
-        .log_format(LogFormat::Human);
+        .log_format(LogFormat::Human)
+        // `BENCH_METRICS=0`: without the handlers' metrics (to measure what they cost).
+        .metrics(std::env::var("BENCH_METRICS").as_deref() != Ok("0"));
     if mode == "daemons-ha" {
         builder = builder.leader_election(LeaderElection::new("kopf-bench", NAMESPACE));
+    }
+    if mode == "daemons-shard" {
+        let mut sharding = Sharding::new(SHARD_GROUP, NAMESPACE);
+        if let Ok(identity) = std::env::var("BENCH_IDENTITY") {
+            sharding = sharding.identity(identity);
+        }
+        builder = builder.sharding(sharding);
     }
     let result = builder.run().await;
     if let Some(log) = LOG.get() {

@@ -50,6 +50,8 @@ pub(crate) enum Mode {
     TimersWrite,
     /// Daemons, as one of several elected replicas (kopf-rs only).
     DaemonsHa,
+    /// Daemons, as one member of a sharded group (kopf-rs only; identity in `BENCH_IDENTITY`).
+    DaemonsShard,
 }
 
 impl Mode {
@@ -59,6 +61,7 @@ impl Mode {
             Self::Daemons => "daemons",
             Self::TimersWrite => "timers-write",
             Self::DaemonsHa => "daemons-ha",
+            Self::DaemonsShard => "daemons-shard",
         }
     }
 }
@@ -143,7 +146,20 @@ impl Programs {
         n: usize,
         dir: &Path,
     ) -> anyhow::Result<Running> {
+        self.spawn_env(arm, mode, n, dir, &[])
+    }
+
+    /// [`spawn`](Self::spawn) with extra environment variables.
+    pub(crate) fn spawn_env(
+        &self,
+        arm: Arm,
+        mode: Mode,
+        n: usize,
+        dir: &Path,
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Running> {
         let mut cmd = self.command(arm, mode, n)?;
+        cmd.envs(env.iter().copied());
         let fires = dir.join("fires.txt");
         // A trial directory is reused by later runs: never append to an earlier fire log.
         match std::fs::remove_file(&fires) {

@@ -9,6 +9,8 @@ use std::path::PathBuf;
 
 use kopf_bench::kubeutil::HARNESS_USER_AGENT;
 
+use crate::scenarios::{Ctx, Metrics, count_f};
+
 /// A position in the audit log.
 #[derive(Debug, Clone)]
 pub(crate) struct AuditLog {
@@ -65,5 +67,25 @@ impl AuditLog {
             *counts.by_verb.entry(verb).or_default() += 1;
         }
         Ok(counts)
+    }
+}
+
+/// Adds the operator's requests since the mark `from` to `metrics`: the total, per second over
+/// `secs`, per fire (of `runs`), and by verb.
+pub(crate) fn audit_metrics(ctx: &Ctx, from: u64, metrics: &mut Metrics, runs: usize, secs: f64) {
+    let Some(audit) = &ctx.audit else { return };
+    let to = audit.mark();
+    if let Ok(counts) = audit.count(from, to) {
+        #[allow(clippy::cast_precision_loss)]
+        let total = counts.total as f64;
+        metrics.insert("requests".into(), total);
+        metrics.insert("requests_per_s".into(), total / secs);
+        if runs > 0 {
+            metrics.insert("requests_per_fire".into(), total / count_f(runs));
+        }
+        for (verb, c) in counts.by_verb {
+            #[allow(clippy::cast_precision_loss)]
+            metrics.insert(format!("requests_{verb}"), c as f64);
+        }
     }
 }

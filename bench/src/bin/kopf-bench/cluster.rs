@@ -8,10 +8,11 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use futures::{StreamExt as _, TryStreamExt as _, stream};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kopf_bench::kubeutil::{HARNESS_USER_AGENT, api_resource, client, objects};
-use kopf_bench::names::{NAMESPACE, object_name};
+use kopf_bench::names::{NAMESPACE, object_index, object_name};
 use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt as _};
@@ -138,17 +139,31 @@ impl Cluster {
         Ok(())
     }
 
-    /// Removes every finalizer and deletes everything (cleanup after an arm that left them).
+    /// Removes every finalizer and deletes everything (cleanup after an arm that left them). At
+    /// tens of thousands of objects on a loaded machine the delete-collection request can outlast
+    /// the API server's request timeout (60 s) and end in an error having marked only some of
+    /// them: then the finalizers of those are removed and the next round deletes the rest.
     pub(crate) async fn remove_all(&self) -> anyhow::Result<()> {
-        self.delete_all().await?;
-        let list = self.api.list(&ListParams::default()).await?;
-        let names = list
-            .into_iter()
-            .filter(|o| !o.finalizers().is_empty())
-            .map(|o| o.name_any());
-        self.for_each(names.collect(), json!({"metadata": {"finalizers": null}}))
-            .await?;
-        self.wait_count(0, Duration::from_secs(120)).await
+        const ROUNDS: usize = 5;
+        let mut round = 1;
+        loop {
+            if let Err(e) = self.delete_all().await {
+                eprintln!("kopf-bench: cleanup round {round}: deleting the objects: {e:#}");
+            }
+            let list = self.api.list(&ListParams::default()).await?;
+            let names = list
+                .into_iter()
+                .filter(|o| !o.finalizers().is_empty())
+                .map(|o| o.name_any());
+            self.for_each(names.collect(), json!({"metadata": {"finalizers": null}}))
+                .await?;
+            match self.wait_count(0, Duration::from_secs(120)).await {
+                Ok(()) => return Ok(()),
+                Err(e) if round == ROUNDS => return Err(e),
+                Err(e) => eprintln!("kopf-bench: cleanup round {round}: {e:#}"),
+            }
+            round += 1;
+        }
     }
 
     async fn wait_count(&self, n: usize, limit: Duration) -> anyhow::Result<()> {
@@ -168,6 +183,30 @@ impl Cluster {
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
+    }
+
+    /// The shard range of each of the objects `0..n` (from its UID).
+    pub(crate) async fn shard_ranges(&self, n: usize) -> anyhow::Result<Vec<u16>> {
+        let list = self.api.list_metadata(&ListParams::default()).await?;
+        let mut out = vec![None; n];
+        for obj in list {
+            if let Some(slot) = object_index(&obj.name_any()).and_then(|i| out.get_mut(i)) {
+                *slot = obj.uid().map(|uid| kopf_runtime::shard_of(&uid));
+            }
+        }
+        out.into_iter()
+            .collect::<Option<Vec<u16>>>()
+            .context("a benchmark object is missing or has no UID")
+    }
+
+    /// Deletes every Lease in the benchmark's namespace (what elected or sharded replicas of an
+    /// earlier trial left behind).
+    pub(crate) async fn delete_leases(&self) -> anyhow::Result<()> {
+        let leases: Api<Lease> = Api::namespaced(self.client.clone(), NAMESPACE);
+        leases
+            .delete_collection(&DeleteParams::default(), &ListParams::default())
+            .await?;
+        Ok(())
     }
 
     /// Starts a watch that keeps the counts of objects and of objects with finalizers.

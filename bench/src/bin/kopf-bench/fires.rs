@@ -16,7 +16,7 @@ pub(crate) struct Fire {
     pub(crate) object: usize,
 }
 
-fn parse_line(line: &str) -> Option<Fire> {
+pub(crate) fn parse_line(line: &str) -> Option<Fire> {
     let mut it = line.split(' ');
     let at = it.next()?.parse().ok()?;
     let tag = Tag::parse(it.next()?)?;
@@ -24,33 +24,25 @@ fn parse_line(line: &str) -> Option<Fire> {
     Some(Fire { at, tag, object })
 }
 
-/// Follows a fire log as the arm writes it, counting lines per object and tag.
-pub(crate) struct Tail {
+/// Follows a file another process appends lines to.
+pub(crate) struct Follow {
     path: PathBuf,
     offset: u64,
     partial: String,
-    /// Per object: fires/ticks seen.
-    pub(crate) runs: Vec<u32>,
-    /// Per object: stops seen.
-    pub(crate) stops: Vec<u32>,
-    /// Every line parsed so far.
-    pub(crate) all: Vec<Fire>,
 }
 
-impl Tail {
-    pub(crate) fn new(path: &Path, n: usize) -> Self {
+impl Follow {
+    pub(crate) fn new(path: &Path) -> Self {
         Self {
             path: path.to_owned(),
             offset: 0,
             partial: String::new(),
-            runs: vec![0; n],
-            stops: vec![0; n],
-            all: Vec::new(),
         }
     }
 
-    /// Reads what was appended since the last call.
-    pub(crate) fn poll(&mut self) -> std::io::Result<()> {
+    /// Calls `f` with every complete line appended since the last call (none while the file
+    /// does not exist).
+    pub(crate) fn read(&mut self, mut f: impl FnMut(&str)) -> std::io::Result<()> {
         let mut file = match File::open(&self.path) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
@@ -65,20 +57,53 @@ impl Tail {
             return Ok(());
         };
         let complete: String = self.partial.drain(..=end).collect();
-        for line in complete.lines() {
+        complete.lines().for_each(&mut f);
+        Ok(())
+    }
+}
+
+/// Follows a fire log as the arm writes it, counting lines per object and tag.
+pub(crate) struct Tail {
+    file: Follow,
+    /// Per object: fires/ticks seen.
+    pub(crate) runs: Vec<u32>,
+    /// Per object: stops seen.
+    pub(crate) stops: Vec<u32>,
+    /// Every line parsed so far.
+    pub(crate) all: Vec<Fire>,
+}
+
+impl Tail {
+    pub(crate) fn new(path: &Path, n: usize) -> Self {
+        Self {
+            file: Follow::new(path),
+            runs: vec![0; n],
+            stops: vec![0; n],
+            all: Vec::new(),
+        }
+    }
+
+    /// Reads what was appended since the last call.
+    pub(crate) fn poll(&mut self) -> std::io::Result<()> {
+        let Self {
+            file,
+            runs,
+            stops,
+            all,
+        } = self;
+        file.read(|line| {
             if let Some(f) = parse_line(line) {
                 let counts = if f.tag == Tag::Stop {
-                    &mut self.stops
+                    &mut *stops
                 } else {
-                    &mut self.runs
+                    &mut *runs
                 };
                 if let Some(c) = counts.get_mut(f.object) {
                     *c += 1;
                 }
-                self.all.push(f);
+                all.push(f);
             }
-        }
-        Ok(())
+        })
     }
 
     /// How many objects have at least `k` runs.

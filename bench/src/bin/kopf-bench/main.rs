@@ -18,6 +18,8 @@ mod inproc;
 mod report;
 mod results;
 mod scenarios;
+mod shardlog;
+mod shards;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -6,6 +6,55 @@ use kopf_bench::stats::{Summary, summarize};
 
 use crate::results::Results;
 
+/// The rows of scenario 9 (a single arm: one row per member count and step).
+const SHARDS: &[(&str, &str)] = &[
+    (
+        "startup_cold_1_s",
+        "1 member: all first fires, finalizers to place (s)",
+    ),
+    ("startup_1_s", "1 member: all first fires (s)"),
+    ("cores_1", "1 member: CPU (cores)"),
+    ("rss_1_mb", "1 member: steady RSS (MB)"),
+    ("peak_rss_1_mb", "1 member: peak RSS (MB)"),
+    ("ticks_1_per_s", "1 member: ticks/s"),
+    ("first_fires_3_s", "3 members: all first fires (s)"),
+    (
+        "startup_3_s",
+        "3 members: every daemon once, on its holder (s)",
+    ),
+    (
+        "handed_over_3",
+        "3 members: daemons handed over during the start-up",
+    ),
+    ("objects_3_a", "3 members: objects of a"),
+    ("objects_3_b", "3 members: objects of b"),
+    ("objects_3_c", "3 members: objects of c"),
+    ("cores_3_a", "3 members: CPU of a (cores)"),
+    ("cores_3_b", "3 members: CPU of b (cores)"),
+    ("cores_3_c", "3 members: CPU of c (cores)"),
+    ("cores_3_mean", "3 members: CPU, mean (cores)"),
+    ("cores_3_ratio", "3 members: CPU, mean / 1 member"),
+    ("rss_3_a_mb", "3 members: steady RSS of a (MB)"),
+    ("rss_3_b_mb", "3 members: steady RSS of b (MB)"),
+    ("rss_3_c_mb", "3 members: steady RSS of c (MB)"),
+    ("rss_3_mean_mb", "3 members: steady RSS, mean (MB)"),
+    ("rss_3_ratio", "3 members: steady RSS, mean / 1 member"),
+    ("ticks_3_per_s", "3 members: ticks/s, all"),
+    ("rebalance_s", "4th joins: rebalancing (s)"),
+    ("objects_4_d", "4th joins: objects of d"),
+    ("moved", "4th joins: daemons moved"),
+    ("gap_p50_s", "4th joins: stop-to-restart gap p50 (s)"),
+    ("gap_p99_s", "4th joins: stop-to-restart gap p99 (s)"),
+    ("gap_max_s", "4th joins: stop-to-restart gap max (s)"),
+    (
+        "moved_unmatched",
+        "4th joins: moved, stop or restart not seen",
+    ),
+    ("stopped_in_place", "4th joins: stopped, not moved"),
+    ("overlaps", "daemons that ran twice at once (3-4 members)"),
+    ("server_side", "shardSelector watches (1 = every member)"),
+];
+
 /// The metrics shown for each scenario, with their labels.
 fn shown(scenario: &str) -> &'static [(&'static str, &'static str)] {
     match scenario {
@@ -47,6 +96,7 @@ fn shown(scenario: &str) -> &'static [(&'static str, &'static str)] {
             ("handover_sigkill_s", "handover after SIGKILL (s)"),
             ("exit_code", "exit code of the SIGTERMed leader"),
         ],
+        "shards" => SHARDS,
         "shutdown" => &[
             ("shutdown_s", "exit after SIGTERM (s)"),
             ("daemons_stopped", "daemons that saw the stop"),
@@ -92,6 +142,7 @@ fn title(scenario: &str) -> &'static str {
         "inproc-timers" => "7a. In-process scale: timers (supervisor only)",
         "inproc-daemons" => "7b. In-process scale: daemons (supervisor only)",
         "handover" => "8. Handover between elected replicas (N daemons, client-go timing)",
+        "shards" => "9. Sharding: N daemons on 1, 3 and 4 members (client-go timing)",
         _ => "other",
     }
 }

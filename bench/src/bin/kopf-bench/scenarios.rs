@@ -11,7 +11,7 @@ use kopf_bench::stats::quantile;
 use tokio::time::{Instant, sleep};
 
 use crate::arms::{Arm, Mode, Programs, Running};
-use crate::audit::AuditLog;
+use crate::audit::{AuditLog, audit_metrics};
 use crate::cluster::{Cluster, Watch};
 use crate::fires::Tail;
 use crate::results::LATENESS_GRID;
@@ -31,10 +31,11 @@ pub(crate) enum Scenario {
     Shutdown,
     TimersWrite,
     Handover,
+    Shards,
 }
 
 impl Scenario {
-    pub(crate) const ALL: [Self; 7] = [
+    pub(crate) const ALL: [Self; 8] = [
         Self::Timers,
         Self::Daemons,
         Self::Startup,
@@ -42,6 +43,7 @@ impl Scenario {
         Self::Shutdown,
         Self::TimersWrite,
         Self::Handover,
+        Self::Shards,
     ];
 
     pub(crate) fn as_str(self) -> &'static str {
@@ -53,6 +55,7 @@ impl Scenario {
             Self::Shutdown => "shutdown",
             Self::TimersWrite => "timers-write",
             Self::Handover => "handover",
+            Self::Shards => "shards",
         }
     }
 
@@ -73,6 +76,7 @@ impl Scenario {
             Self::Shutdown => 5,
             Self::TimersWrite => 6,
             Self::Handover => 8,
+            Self::Shards => 9,
         }
     }
 
@@ -85,8 +89,9 @@ impl Scenario {
             Self::Startup | Self::Deletion | Self::TimersWrite => {
                 &[Arm::KopfRs, Arm::KopfPy, Arm::KubeLoop]
             }
-            // kopf has no leader election (its peering pauses, it does not hand over).
-            Self::Handover => &[Arm::KopfRs],
+            // kopf has no leader election (its peering pauses, it does not hand over) and no
+            // sharding.
+            Self::Handover | Self::Shards => &[Arm::KopfRs],
         }
     }
 
@@ -96,6 +101,7 @@ impl Scenario {
             Self::Daemons | Self::Shutdown => Mode::Daemons,
             Self::TimersWrite => Mode::TimersWrite,
             Self::Handover => Mode::DaemonsHa,
+            Self::Shards => Mode::DaemonsShard,
         }
     }
 }
@@ -129,7 +135,7 @@ fn mb(bytes: u64) -> f64 {
     m
 }
 
-fn count_f(x: usize) -> f64 {
+pub(crate) fn count_f(x: usize) -> f64 {
     #[allow(clippy::cast_precision_loss)]
     let f = x as f64;
     f
@@ -188,24 +194,7 @@ pub(crate) async fn trial(
         Scenario::Deletion => deletion(ctx, n, arm, mode, dir).await,
         Scenario::Shutdown => shutdown(ctx, n, arm, mode, dir).await,
         Scenario::Handover => crate::handover::handover(ctx, n, arm, mode, dir).await,
-    }
-}
-
-fn audit_metrics(ctx: &Ctx, from: u64, metrics: &mut Metrics, runs: usize, secs: f64) {
-    let Some(audit) = &ctx.audit else { return };
-    let to = audit.mark();
-    if let Ok(counts) = audit.count(from, to) {
-        #[allow(clippy::cast_precision_loss)]
-        let total = counts.total as f64;
-        metrics.insert("requests".into(), total);
-        metrics.insert("requests_per_s".into(), total / secs);
-        if runs > 0 {
-            metrics.insert("requests_per_fire".into(), total / count_f(runs));
-        }
-        for (verb, c) in counts.by_verb {
-            #[allow(clippy::cast_precision_loss)]
-            metrics.insert(format!("requests_{verb}"), c as f64);
-        }
+        Scenario::Shards => crate::shards::shards(ctx, n, arm, dir).await,
     }
 }
 
