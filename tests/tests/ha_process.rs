@@ -26,7 +26,6 @@ use kopf_examples::crd::KopfExample;
 use kopf_runtime::{
     LeaderElection, LogFormat, Occurrence, Operator, Registry, Stopper, daemon, timer,
 };
-use kopf_tests::test_config;
 use kube::ResourceExt as _;
 use process_common::{Entry, append_line, run_child, run_tests};
 
@@ -132,17 +131,6 @@ fn child(namespace: &str) -> ExitCode {
         operator.shutdown().await;
         Ok(())
     })
-}
-
-/// The test server's configuration, pointed at the child's own fault proxy (which records every
-/// request the child sends).
-async fn proxied_config() -> anyhow::Result<kube::Config> {
-    let mut config = test_config().await?;
-    if let (Ok(server), Ok(ca)) = (std::env::var(SERVER_ENV), std::env::var(CA_ENV)) {
-        config.cluster_url = server.parse()?;
-        config.root_cert = Some(vec![std::fs::read(ca)?]);
-    }
-    Ok(config)
 }
 
 /// The handover after SIGTERM (20 rolling updates), after SIGKILL and from a frozen leader.

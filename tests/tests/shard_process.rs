@@ -47,8 +47,8 @@ use std::time::{Duration, Instant};
 use tokio::signal::unix::{SignalKind, signal};
 
 use faults_common::*;
-use ha_cluster::{CA_ENV, CHILD_ENV, IDENTITY_ENV, LEASE_DURATION, LOG_ENV, SERVER_ENV, STATS_ENV};
-use ha_cluster::{count_from_env, now_nanos};
+use ha_cluster::{CHILD_ENV, IDENTITY_ENV, LEASE_DURATION, LOG_ENV, STATS_ENV};
+use ha_cluster::{count_from_env, now_nanos, proxied_config};
 use kopf_examples::crd::KopfExample;
 use kopf_runtime::{
     LogFormat, Operator, OperatorStats, Registry, ShardWatch, Sharding, Stopper, daemon, timer,
@@ -194,16 +194,6 @@ fn child(namespace: &str) -> ExitCode {
         operator.shutdown().await;
         Ok(())
     })
-}
-
-/// The test server's configuration (`KUBECONFIG`), pointed at the child's own fault proxy.
-async fn proxied_config() -> anyhow::Result<kube::Config> {
-    let mut config = test_config().await?;
-    if let (Ok(server), Ok(ca)) = (std::env::var(SERVER_ENV), std::env::var(CA_ENV)) {
-        config.cluster_url = server.parse()?;
-        config.root_cert = Some(vec![std::fs::read(ca)?]);
-    }
-    Ok(config)
 }
 
 /// The full proof in `Auto` mode on the suite's server (which has the gate: `Server` mode).

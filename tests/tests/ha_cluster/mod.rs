@@ -36,6 +36,17 @@ pub const STATS_ENV: &str = "KOPF_HA_CHILD_STATS";
 pub const LEASE: &str = "kopf-tests-ha";
 pub const LEASE_DURATION: Duration = Duration::from_secs(2);
 
+/// The test server's configuration (`KUBECONFIG`), pointed at a child's own fault proxy (which
+/// records every request the child sends) when the parent passed its address.
+pub async fn proxied_config() -> anyhow::Result<kube::Config> {
+    let mut config = test_config().await?;
+    if let (Ok(server), Ok(ca)) = (std::env::var(SERVER_ENV), std::env::var(CA_ENV)) {
+        config.cluster_url = server.parse()?;
+        config.root_cert = Some(vec![std::fs::read(ca)?]);
+    }
+    Ok(config)
+}
+
 pub fn now_nanos() -> u128 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
