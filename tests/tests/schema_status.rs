@@ -151,7 +151,7 @@ async fn the_quick_start_status_keeps_nested_results() -> anyhow::Result<()> {
         "nightly",
         quickstart::BackupSpec {
             bucket: "s3://x".to_owned(),
-            every: None,
+            items: Vec::new(),
         },
     );
     let ns = nightly_backup(&quickstart::Backup::crd(), obj).await?;
