@@ -18,14 +18,10 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::signal::unix::{SignalKind, signal};
-
 use faults_common::*;
 use ha_cluster::*;
 use kopf_examples::crd::KopfExample;
-use kopf_runtime::{
-    LeaderElection, LogFormat, Occurrence, Operator, Registry, Stopper, daemon, timer,
-};
+use kopf_runtime::{LeaderElection, Occurrence, Registry, Stopper, daemon, timer};
 use kube::ResourceExt as _;
 use process_common::{Entry, append_line, run_child, run_tests};
 
@@ -105,31 +101,10 @@ fn child(namespace: &str) -> ExitCode {
             .renew_deadline(Duration::from_millis(1500))
             .retry_period(Duration::from_millis(500))
             .identity(identity);
-        let mut terminate = signal(SignalKind::terminate())?;
-        let operator = Operator::builder()
-            .name("kopf-tests")
-            .log_format(LogFormat::Human)
-            .kube_config(proxied_config().await?)
-            .namespaces([namespace])
-            .registry(&registry)
-            .leader_election(election)
-            .shutdown_timeout(Duration::from_secs(10))
-            .start()
-            .await?;
-        let stats = std::env::var_os(STATS_ENV);
-        loop {
-            tokio::select! {
-                _ = terminate.recv() => break,
-                () = tokio::time::sleep(Duration::from_millis(200)) => {}
-            }
-            if let Some(path) = &stats {
-                let partial = Path::new(path).with_extension("partial");
-                std::fs::write(&partial, Counts::line(&operator.stats()))?;
-                std::fs::rename(&partial, path)?;
-            }
-        }
-        operator.shutdown().await;
-        Ok(())
+        let builder = child_builder(namespace, &registry)
+            .await?
+            .leader_election(election);
+        serve_until_sigterm(builder, Counts::line).await
     })
 }
 

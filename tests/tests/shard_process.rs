@@ -44,15 +44,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::signal::unix::{SignalKind, signal};
-
 use faults_common::*;
-use ha_cluster::{CHILD_ENV, IDENTITY_ENV, LEASE_DURATION, LOG_ENV, STATS_ENV};
-use ha_cluster::{count_from_env, now_nanos, proxied_config};
+use ha_cluster::{CHILD_ENV, IDENTITY_ENV, LEASE_DURATION, LOG_ENV};
+use ha_cluster::{child_builder, count_from_env, now_nanos, serve_until_sigterm};
 use kopf_examples::crd::KopfExample;
-use kopf_runtime::{
-    LogFormat, Operator, OperatorStats, Registry, ShardWatch, Sharding, Stopper, daemon, timer,
-};
+use kopf_runtime::{OperatorStats, Registry, ShardWatch, Sharding, Stopper, daemon, timer};
 use kopf_tests::{config_from_file, test_config};
 use kube::ResourceExt as _;
 use process_common::{Entry, append_line, run_child, run_tests};
@@ -168,31 +164,10 @@ fn child(namespace: &str) -> ExitCode {
         if client_side {
             sharding = sharding.watch(ShardWatch::ClientSide);
         }
-        let mut terminate = signal(SignalKind::terminate())?;
-        let operator = Operator::builder()
-            .name("kopf-tests")
-            .log_format(LogFormat::Human)
-            .kube_config(proxied_config().await?)
-            .namespaces([namespace])
-            .registry(&registry)
-            .sharding(sharding)
-            .shutdown_timeout(Duration::from_secs(10))
-            .start()
-            .await?;
-        let stats = std::env::var_os(STATS_ENV);
-        loop {
-            tokio::select! {
-                _ = terminate.recv() => break,
-                () = tokio::time::sleep(Duration::from_millis(200)) => {}
-            }
-            if let Some(path) = &stats {
-                let partial = Path::new(path).with_extension("partial");
-                std::fs::write(&partial, stats_line(&operator.stats()))?;
-                std::fs::rename(&partial, path)?;
-            }
-        }
-        operator.shutdown().await;
-        Ok(())
+        let builder = child_builder(namespace, &registry)
+            .await?
+            .sharding(sharding);
+        serve_until_sigterm(builder, stats_line).await
     })
 }
 

@@ -36,6 +36,45 @@ pub const STATS_ENV: &str = "KOPF_HA_CHILD_STATS";
 pub const LEASE: &str = "kopf-tests-ha";
 pub const LEASE_DURATION: Duration = Duration::from_secs(2);
 
+/// A child replica's operator: its handlers in `namespace`, through its fault proxy.
+pub async fn child_builder(
+    namespace: &str,
+    registry: &kopf_runtime::Registry,
+) -> anyhow::Result<kopf_runtime::OperatorBuilder> {
+    Ok(kopf_runtime::Operator::builder()
+        .name("kopf-tests")
+        .log_format(kopf_runtime::LogFormat::Human)
+        .kube_config(proxied_config().await?)
+        .namespaces([namespace])
+        .registry(registry)
+        .shutdown_timeout(Duration::from_secs(10)))
+}
+
+/// Runs a child's operator until SIGTERM, rewriting its stats file (`STATS_ENV`) with `line`
+/// every 200 ms, then shuts it down.
+pub async fn serve_until_sigterm(
+    builder: kopf_runtime::OperatorBuilder,
+    line: fn(&kopf_runtime::OperatorStats) -> String,
+) -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut terminate = signal(SignalKind::terminate())?;
+    let operator = builder.start().await?;
+    let stats = std::env::var_os(STATS_ENV);
+    loop {
+        tokio::select! {
+            _ = terminate.recv() => break,
+            () = tokio::time::sleep(Duration::from_millis(200)) => {}
+        }
+        if let Some(path) = &stats {
+            let partial = Path::new(path).with_extension("partial");
+            std::fs::write(&partial, line(&operator.stats()))?;
+            std::fs::rename(&partial, path)?;
+        }
+    }
+    operator.shutdown().await;
+    Ok(())
+}
+
 /// The test server's configuration (`KUBECONFIG`), pointed at a child's own fault proxy (which
 /// records every request the child sends) when the parent passed its address.
 pub async fn proxied_config() -> anyhow::Result<kube::Config> {
