@@ -10,10 +10,12 @@
 //! The behaviour is documented in `docs/daemons.md` and `docs/timers.md`.
 
 mod blocking;
+pub(crate) mod census;
 mod config;
 mod cron;
 mod daemon;
 mod essence;
+mod exit;
 mod invoke;
 mod ladder;
 mod lifecycle;
@@ -35,8 +37,9 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 pub use self::blocking::BlockingPool;
+use self::census::MeterReader;
 pub use self::config::SupervisorConfig;
-use self::meter::{HandlerMeter, MeterReader};
+use self::meter::HandlerMeter;
 pub use self::report::ShutdownReport;
 pub use self::state::InScope;
 use self::state::{State, SupervisorCore};

@@ -9,6 +9,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::config::SupervisorConfig;
+pub(crate) use super::exit::Exit;
 use super::meter::{HandlerMeter, LadderMark};
 use super::report::ShutdownPhase;
 use crate::core::clearance::Clearance;
@@ -380,21 +381,6 @@ impl IdleClock {
     pub(crate) fn get(&self) -> (Instant, u64) {
         *lock(&self.state)
     }
-}
-
-/// How an instance ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Exit {
-    /// On its own (returned, failed for good, one-shot done): never again in this process.
-    Done,
-    /// After it was asked to stop, by itself (or it was not in an invocation).
-    Exited,
-    /// Cancelled by the stop ladder.
-    Cancelled,
-    /// Abandoned by the stop ladder or the shutdown deadline.
-    Abandoned,
-    /// The task was dropped before it ended (the runtime is shutting down): nothing respawns.
-    Dropped,
 }
 
 #[cfg(test)]

@@ -9,8 +9,9 @@ use prometheus_client::registry::Unit;
 
 use super::KindProbe;
 use crate::core::spec::{HandlerKind, HandlerSpec};
+use crate::core::supervisor::census::Census;
 use crate::core::supervisor::meter::{
-    Census, HandlerMeter, HistogramSnapshot, InvocationResult, StopCause, StopStep,
+    HandlerMeter, HistogramSnapshot, InvocationResult, StopCause, StopStep,
 };
 use crate::operator::election::{Leadership, Role};
 use crate::operator::limits::RateLimiter;

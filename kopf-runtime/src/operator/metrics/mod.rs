@@ -26,7 +26,7 @@ use super::shard::member::Member;
 use super::write::records::Records;
 use crate::core::resource::ResourceInfo;
 use crate::core::supervisor::Supervisor;
-use crate::core::supervisor::meter::MeterReader;
+use crate::core::supervisor::census::MeterReader;
 
 /// The operator's metrics: the registry `/metrics` serves, and the collector in it.
 #[derive(Debug, Clone)]
