@@ -51,20 +51,7 @@ async fn ha_daemon(obj: Arc<KopfExample>, stopper: Stopper, client: kube::Client
     append("start", &obj);
     stopper.stopped().await;
     append("stop", &obj);
-    let ns = obj.metadata.namespace.clone().unwrap_or_default();
-    let api: kube::Api<KopfExample> = kube::Api::namespaced(client, &ns);
-    let patch = serde_json::json!({"metadata": {"labels": {"last-writer": std::process::id().to_string()}}});
-    let params = kube::api::PatchParams::default();
-    let outcome = match api
-        .patch(&obj.name_any(), &params, &kube::api::Patch::Merge(&patch))
-        .await
-    {
-        Ok(_) => "written",
-        Err(kube::Error::Service(e)) if e.downcast_ref::<kopf_runtime::Fenced>().is_some() => {
-            "fenced"
-        }
-        Err(_) => "failed",
-    };
+    let outcome = last_write(client, &obj).await;
     append(outcome, &obj);
 }
 

@@ -103,21 +103,7 @@ async fn shard_daemon(obj: Arc<KopfExample>, stopper: Stopper, client: kube::Cli
     if !obj.labels().contains_key(WRITER_LABEL) {
         return;
     }
-    let ns = obj.namespace().unwrap_or_default();
-    let api: kube::Api<KopfExample> = kube::Api::namespaced(client, &ns);
-    let pid = std::process::id().to_string();
-    let patch = serde_json::json!({"metadata": {"labels": {"last-writer": pid}}});
-    let params = kube::api::PatchParams::default();
-    let outcome = match api
-        .patch(&obj.name_any(), &params, &kube::api::Patch::Merge(&patch))
-        .await
-    {
-        Ok(_) => "written",
-        Err(kube::Error::Service(e)) if e.downcast_ref::<kopf_runtime::Fenced>().is_some() => {
-            "fenced"
-        }
-        Err(_) => "failed",
-    };
+    let outcome = ha_cluster::last_write(client, &obj).await;
     append(outcome, &obj, "");
 }
 

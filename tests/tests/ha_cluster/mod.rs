@@ -36,6 +36,28 @@ pub const STATS_ENV: &str = "KOPF_HA_CHILD_STATS";
 pub const LEASE: &str = "kopf-tests-ha";
 pub const LEASE_DURATION: Duration = Duration::from_secs(2);
 
+/// One last write through the operator's client, as a stopping handler cleaning up would: the
+/// `last-writer` label set to this process; `written`, `fenced` (refused: this replica no
+/// longer leads or holds the object) or `failed`.
+pub async fn last_write(client: kube::Client, obj: &KopfExample) -> &'static str {
+    use kube::ResourceExt as _;
+    let ns = obj.namespace().unwrap_or_default();
+    let api: kube::Api<KopfExample> = kube::Api::namespaced(client, &ns);
+    let pid = std::process::id().to_string();
+    let patch = serde_json::json!({"metadata": {"labels": {"last-writer": pid}}});
+    let params = kube::api::PatchParams::default();
+    match api
+        .patch(&obj.name_any(), &params, &kube::api::Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => "written",
+        Err(kube::Error::Service(e)) if e.downcast_ref::<kopf_runtime::Fenced>().is_some() => {
+            "fenced"
+        }
+        Err(_) => "failed",
+    }
+}
+
 /// A child replica's operator: its handlers in `namespace`, through its fault proxy.
 pub async fn child_builder(
     namespace: &str,
