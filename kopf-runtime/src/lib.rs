@@ -34,6 +34,22 @@
 //! tracing = "0.1"
 //! ```
 //!
+//! The binary picks kube's TLS stack (here `rustls-tls` with `ring`; or `aws-lc-rs`, or
+//! `openssl-tls`): kopf-runtime depends on kube without one, and without `derive`.
+//!
+//! # Features
+//!
+//! On by default; turn off what you bring yourself (`default-features = false`):
+//!
+//! - `server`: the probe and metrics server, [`OperatorBuilder::health_addr`] (`/healthz`,
+//!   `/readyz`, `/metrics`). Without it, serve [`Operator::is_alive`], [`Operator::is_ready`]
+//!   and [`Operator::metrics_registry`] from your own server.
+//! - `logging`: [`init_logging`] and [`OperatorBuilder::log_format`] (a tracing-subscriber
+//!   subscriber). Without it, install your own subscriber.
+//! - `cli`: [`OperatorArgs`], the command line (clap); turns on `server` and `logging`.
+//!
+//! Off by default: `testing`, the `testing` module (handlers on simulated objects).
+//!
 //! A custom resource, a daemon, a timer and `main`. With a cluster in `KUBECONFIG` and the CRD
 //! installed (`Backup::crd()`, from `kube::CustomResourceExt`, generates it), `cargo run` runs
 //! them:
@@ -173,12 +189,14 @@ pub use crate::handler::{
     Runtime, ScopeKind, Started, StaticResource,
 };
 pub use crate::operator::{
-    EventError, Events, Fenced, KindStats, LeaderElection, Leadership, LogFormat, LoggingError,
-    Membership, Operator, OperatorBuilder, OperatorError, OperatorStats, RequestStats, Role,
-    SHARD_RANGES, ShardWatch, Sharding, WatchPhase, init_logging, shard_of,
+    EventError, Events, Fenced, KindStats, LeaderElection, Leadership, Membership, Operator,
+    OperatorBuilder, OperatorError, OperatorStats, RequestStats, Role, SHARD_RANGES, ShardWatch,
+    Sharding, WatchPhase, shard_of,
 };
 #[cfg(feature = "cli")]
 pub use crate::operator::{LeaseRef, OperatorArgs};
+#[cfg(feature = "logging")]
+pub use crate::operator::{LogFormat, LoggingError, init_logging};
 pub use crate::status::SchemalessStatus;
 pub use kopf_macros::{daemon, timer};
 /// The official Prometheus client, whose registry the operator's `/metrics` serves: register

@@ -78,6 +78,11 @@ pub struct OperatorArgs {
     )]
     pub health: Option<SocketAddr>,
 
+    /// Collect no metrics, and answer /metrics with 404 (e.g. when nothing scrapes them)
+    #[arg(long, env = "KOPF_NO_METRICS", value_parser = clap::builder::FalseyValueParser::new(),
+        hide_env_values = true)]
+    pub no_metrics: bool,
+
     /// How to log: one human-readable line per event, or one JSON object
     #[arg(long, value_name = "FORMAT", env = "KOPF_LOG_FORMAT", value_parser = log_format,
         default_value = "human", hide_env_values = true)]
@@ -294,6 +299,19 @@ mod tests {
             let err = parse(bad).unwrap_err();
             assert_eq!(err.exit_code(), 2, "{bad:?}: {err}");
         }
+    }
+
+    #[test]
+    fn no_metrics_turns_the_metrics_off_and_its_absence_keeps_them() {
+        let builder = crate::Operator::builder().args(&parse(&[]).unwrap());
+        assert!(builder.options().metrics);
+        let builder = crate::Operator::builder().args(&parse(&["--no-metrics"]).unwrap());
+        assert!(!builder.options().metrics);
+        let off = crate::Operator::builder().metrics(false);
+        assert!(
+            !off.args(&parse(&[]).unwrap()).options().metrics,
+            "the flag only turns off"
+        );
     }
 
     #[test]

@@ -1,7 +1,6 @@
 //! The by-value builder of an [`Operator`]: its options, and starting the operator from them.
 
 use std::any::Any;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,10 +15,11 @@ use super::election::{LeaderElection, warn_slow_daemons};
 use super::error::OperatorError;
 use super::events::EventPoster;
 use super::handle::{KindHandle, Operator};
-use super::health::{self, Health, KindHealth};
+use super::health::{Health, KindHealth};
 use super::identity::Identity;
 use super::kind::watch::Selection;
 use super::kind::{self, Shared};
+#[cfg(feature = "logging")]
 use super::logging::{LogFormat, init_logging_at};
 use super::metrics::{KindProbe, OperatorMetrics};
 use super::options::Options;
@@ -55,6 +55,14 @@ use crate::handler::Registry;
 #[derive(Debug, Default)]
 pub struct OperatorBuilder {
     options: Options,
+}
+
+#[cfg(all(test, feature = "cli"))]
+impl OperatorBuilder {
+    /// The options set so far, for tests of what sets them.
+    pub(crate) fn options(&self) -> &Options {
+        &self.options
+    }
 }
 
 impl OperatorBuilder {
@@ -230,14 +238,16 @@ impl OperatorBuilder {
         self
     }
 
-    /// Serves `/healthz` and `/readyz` on this address (default: no probe server). Port 0
-    /// picks a free port; see [`Operator::health_addr`](super::Operator::health_addr).
+    /// Serves `/healthz`, `/readyz` and `/metrics` on this address (default: no probe server).
+    /// Port 0 picks a free port; see [`Operator::health_addr`](super::Operator::health_addr).
+    /// Feature `server` (on by default).
     ///
     /// ```
     /// let builder = kopf_runtime::Operator::builder().health_addr(([127, 0, 0, 1], 8080).into());
     /// # drop(builder);
     /// ```
-    pub fn health_addr(mut self, addr: SocketAddr) -> Self {
+    #[cfg(feature = "server")]
+    pub fn health_addr(mut self, addr: std::net::SocketAddr) -> Self {
         self.options.health_addr = Some(addr);
         self
     }
@@ -374,12 +384,13 @@ impl OperatorBuilder {
 
     /// Installs a global `tracing` subscriber in this format when the operator starts (unless
     /// one is installed already). Default: none is installed (see
-    /// [`init_logging`](crate::init_logging)).
+    /// [`init_logging`](crate::init_logging)). Feature `logging` (on by default).
     ///
     /// ```
     /// let builder = kopf_runtime::Operator::builder().log_format(kopf_runtime::LogFormat::Json);
     /// # drop(builder);
     /// ```
+    #[cfg(feature = "logging")]
     pub fn log_format(mut self, format: LogFormat) -> Self {
         self.options.log_format = Some(format);
         self
@@ -423,8 +434,8 @@ impl OperatorBuilder {
     }
 
     /// Applies the options of the command line ([`OperatorArgs`](crate::OperatorArgs)):
-    /// namespaces, label selector, probe address, log format and level, request limits,
-    /// shutdown timeout, and leader election or sharding. Options not given keep their values.
+    /// namespaces, label selector, probe address, metrics on or off, log format and level,
+    /// request limits, shutdown timeout, and leader election or sharding. Options not given keep their values.
     ///
     /// ```
     /// use clap::Parser as _;
@@ -447,6 +458,7 @@ impl OperatorBuilder {
         o.max_writes_in_flight = args.max_writes_in_flight.unwrap_or(o.max_writes_in_flight);
         o.max_concurrent_handlers = args.max_concurrent_handlers.or(o.max_concurrent_handlers);
         o.shutdown_timeout = args.shutdown_timeout.unwrap_or(o.shutdown_timeout);
+        o.metrics = o.metrics && !args.no_metrics;
         o.leader_election = args.election().or(o.leader_election.take());
         o.sharding = args.sharding().or(o.sharding.take());
         self
@@ -504,6 +516,7 @@ impl OperatorBuilder {
     pub async fn start(self) -> Result<Operator, OperatorError> {
         let mut options = self.options;
         let identity = options.validate()?;
+        #[cfg(feature = "logging")]
         if let Some(format) = options.log_format {
             let _already_installed = init_logging_at(format, options.log_level);
         }
@@ -550,14 +563,17 @@ impl OperatorBuilder {
             metrics: metrics.as_ref().map(OperatorMetrics::registry),
         });
         let probe_stop = CancellationToken::new();
+        #[cfg(feature = "server")]
         let health_addr = match options.health_addr {
             Some(addr) => Some(
-                health::serve(addr, health.clone(), probe_stop.clone())
+                super::health::server::serve(addr, health.clone(), probe_stop.clone())
                     .await
                     .map_err(|source| OperatorError::Health { addr, source })?,
             ),
             None => None,
         };
+        #[cfg(not(feature = "server"))]
+        let health_addr = None;
         let shared = shared(&options, &identity, client, &replicas);
         let mut kinds = Vec::new();
         let mut states = Vec::new();

@@ -42,6 +42,18 @@ pub enum OperatorError {
         #[source]
         source: std::io::Error,
     },
+    /// The API server's URL is `https://`, but the binary was built without a TLS stack for
+    /// kube: kopf-runtime does not pick one for you. Enable one in the binary's `Cargo.toml`,
+    /// e.g. `kube = { version = "5", features = ["rustls-tls", "ring"] }` (or `aws-lc-rs`
+    /// instead of `ring`, or `openssl-tls`). See the quick start.
+    #[error(
+        "the API server {cluster_url} needs TLS, but the binary has no TLS stack for kube: \
+         enable kube's `rustls-tls` (with `ring` or `aws-lc-rs`) or `openssl-tls` feature"
+    )]
+    NoTlsStack {
+        /// The API server's URL from the configuration.
+        cluster_url: String,
+    },
     /// The client configuration turns off TLS verification of the API server (for example
     /// `insecure-skip-tls-verify: true` in the kubeconfig). kopf-rs never talks to an API server
     /// it has not verified: give the cluster's CA (`certificate-authority-data`) instead.

@@ -130,6 +130,7 @@ impl Operator {
     /// # let _ = demo;
     /// ```
     #[must_use]
+    #[cfg(feature = "server")]
     pub fn health_addr(&self) -> Option<SocketAddr> {
         self.health_addr
     }
@@ -170,6 +171,20 @@ impl Operator {
     #[must_use]
     pub fn is_ready(&self) -> bool {
         self.health.ready().is_ok()
+    }
+
+    /// Whether every watch task is still running (what `/healthz` reports): for serving a
+    /// liveness probe from your own server, with the `server` feature off.
+    ///
+    /// ```no_run
+    /// # fn demo(operator: &kopf_runtime::Operator) {
+    /// let status = if operator.is_alive() { 200 } else { 503 };
+    /// # let _ = status; }
+    /// # let _ = demo;
+    /// ```
+    #[must_use]
+    pub fn is_alive(&self) -> bool {
+        self.health.alive().is_ok()
     }
 
     /// Counters of requests and per-kind state.

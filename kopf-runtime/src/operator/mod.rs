@@ -15,6 +15,7 @@ mod health;
 mod identity;
 pub(crate) mod kind;
 mod limits;
+#[cfg(feature = "logging")]
 mod logging;
 pub(crate) mod metrics;
 pub(crate) mod options;
@@ -37,6 +38,7 @@ pub use events::{EventError, Events};
 pub use handle::{KindStats, Operator, OperatorStats};
 pub use health::WatchPhase;
 pub use limits::RequestStats;
+#[cfg(feature = "logging")]
 pub use logging::{LogFormat, LoggingError, init_logging};
 pub use shard::ranges::{SHARD_RANGES, shard_of};
 pub use shard::{Membership, ShardWatch, Sharding};

@@ -2,7 +2,6 @@
 //! defaults, and the check of those that cannot work.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,6 +10,7 @@ use kube::Client;
 use super::election::LeaderElection;
 use super::error::OperatorError;
 use super::identity::Identity;
+#[cfg(feature = "logging")]
 use super::logging::LogFormat;
 use super::shard::Sharding;
 use crate::core::erased::{ErasedHandler, Services};
@@ -30,7 +30,8 @@ pub(crate) struct Options {
     pub(crate) name: Option<String>,
     pub(crate) finalizer: Option<String>,
     pub(crate) field_manager: Option<String>,
-    pub(crate) health_addr: Option<SocketAddr>,
+    #[cfg(feature = "server")]
+    pub(crate) health_addr: Option<std::net::SocketAddr>,
     pub(crate) shutdown_timeout: Duration,
     pub(crate) requests_per_second: Option<u32>,
     pub(crate) max_writes_in_flight: usize,
@@ -38,7 +39,9 @@ pub(crate) struct Options {
     pub(crate) max_blocking_threads: usize,
     pub(crate) annotation_prefix: String,
     pub(crate) default_backoff: Option<Duration>,
+    #[cfg(feature = "logging")]
     pub(crate) log_format: Option<LogFormat>,
+    #[cfg(feature = "logging")]
     pub(crate) log_level: Option<tracing::level_filters::LevelFilter>,
     pub(crate) error_causes_in_events: bool,
     pub(crate) leader_election: Option<LeaderElection>,
@@ -83,6 +86,7 @@ impl Default for Options {
             name: None,
             finalizer: None,
             field_manager: None,
+            #[cfg(feature = "server")]
             health_addr: None,
             shutdown_timeout: Self::SHUTDOWN_TIMEOUT,
             requests_per_second: None,
@@ -91,7 +95,9 @@ impl Default for Options {
             max_blocking_threads: BlockingPool::DEFAULT_CAPACITY,
             annotation_prefix: "kopf.dev/".to_owned(),
             default_backoff: None,
+            #[cfg(feature = "logging")]
             log_format: None,
+            #[cfg(feature = "logging")]
             log_level: None,
             error_causes_in_events: false,
             leader_election: None,

@@ -38,9 +38,11 @@ pub(crate) async fn clients(
     refuse_insecure_tls(&config)?;
     refuse_plain_http(&config)?;
     let limiter = Arc::new(RateLimiter::per_second(requests_per_second));
-    let lease = Client::try_from(config.clone()).map_err(OperatorError::Client)?;
+    let cluster_url = config.cluster_url.to_string();
+    let build_error = |err| client_error(&cluster_url, err);
+    let lease = Client::try_from(config.clone()).map_err(build_error)?;
     let builder = kube::client::ClientBuilder::try_from(config)
-        .map_err(OperatorError::Client)?
+        .map_err(build_error)?
         .with_layer(&RateLimitLayer(limiter.clone()));
     let client = match fence {
         Some(fence) => builder.with_layer(&FenceLayer(fence)).build(),
@@ -51,6 +53,17 @@ pub(crate) async fn clients(
         limiter,
         lease,
     })
+}
+
+/// A client that cannot be built, with the missing TLS stack named (kube's own error says only
+/// "TLS required but no TLS stack selected").
+fn client_error(cluster_url: &str, err: kube::Error) -> OperatorError {
+    match err {
+        kube::Error::TlsRequired => OperatorError::NoTlsStack {
+            cluster_url: cluster_url.to_owned(),
+        },
+        other => OperatorError::Client(other),
+    }
 }
 
 /// TLS verification of the API server is always on: a configuration that turns it off (e.g. a
@@ -85,7 +98,24 @@ pub(crate) fn refuse_plain_http(config: &kube::Config) -> Result<(), OperatorErr
 
 #[cfg(test)]
 mod tests {
-    use super::{OperatorError, refuse_insecure_tls, refuse_plain_http};
+    use super::{OperatorError, client_error, refuse_insecure_tls, refuse_plain_http};
+
+    #[test]
+    fn a_missing_tls_stack_is_named_with_the_features_to_enable() {
+        let err = client_error("https://10.0.0.1:6443/", kube::Error::TlsRequired);
+        assert!(matches!(err, OperatorError::NoTlsStack { .. }), "{err:?}");
+        let text = err.to_string();
+        assert!(text.contains("https://10.0.0.1:6443/"), "{text}");
+        assert!(
+            text.contains("rustls-tls") && text.contains("openssl-tls"),
+            "{text}"
+        );
+        let other = client_error(
+            "https://10.0.0.1:6443/",
+            kube::Error::LinesCodecMaxLineLengthExceeded,
+        );
+        assert!(matches!(other, OperatorError::Client(_)), "{other:?}");
+    }
 
     fn config() -> kube::Config {
         kube::Config::new("https://127.0.0.1:6443".parse().expect("a valid URL"))
