@@ -9,7 +9,8 @@
 //! | flag | variable | meaning | default |
 //! | --- | --- | --- | --- |
 //! | `--namespace` | `KOPF_NAMESPACE` | watch only these namespaces (comma-separated) | all namespaces |
-//! | `--health` | `KOPF_HEALTH` | serve `/healthz` and `/readyz` on this address, e.g. `0.0.0.0:8080` | no probes |
+//! | `--health` | `KOPF_HEALTH` | serve `/healthz`, `/readyz` and `/metrics` on this address, e.g. `0.0.0.0:8080` | no probes |
+//! | `--no-metrics` | `KOPF_NO_METRICS` | collect no metrics (`/metrics` answers 404) | metrics on |
 //! | `--leader-election` | `KOPF_LEADER_ELECTION` | `NAMESPACE/NAME` of a Lease: run as one of several replicas | a single replica |
 //! | `--log-format` | `KOPF_LOG_FORMAT` | `human` or `json` | `human` |
 //! | `--log-level` | `KOPF_LOG_LEVEL` | the operator's log level (`RUST_LOG` wins if set) | `info` |
