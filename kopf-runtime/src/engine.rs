@@ -128,7 +128,8 @@ pub use crate::core::memo::ObjectMemo;
 pub use crate::core::object::{ObjectError, ObjectState};
 pub use crate::core::sink::{PatchSink, PatchSinkHandle};
 pub use crate::core::spec::{
-    CronSchedule, ErrorsMode, HandlerKind, HandlerSpec, Missed, SourceLocation, TimerSchedule,
+    ChangeOptions, CronSchedule, ErrorsMode, HandlerKind, HandlerSpec, Missed, SourceLocation,
+    TimerSchedule, WatchedField,
 };
 pub use crate::core::supervisor::{
     BlockingPool, InScope, ShutdownReport, Stats, Supervisor, SupervisorConfig,

@@ -246,7 +246,7 @@ pub mod prelude {
 #[doc(hidden)]
 pub mod __private {
     pub use crate::handler::{
-        DaemonKind, HandlerReturn, PreparedCall, TimerKind, assert_blocking_safe,
+        ChangeKind, DaemonKind, HandlerReturn, PreparedCall, TimerKind, assert_blocking_safe,
     };
     pub use inventory;
     pub use kube::api::DynamicObject;

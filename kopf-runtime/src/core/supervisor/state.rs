@@ -90,6 +90,10 @@ impl State {
             match kind {
                 HandlerKind::Daemon => self.daemons_abandoned += 1,
                 HandlerKind::Timer => self.timers_abandoned += 1,
+                HandlerKind::Create
+                | HandlerKind::Update
+                | HandlerKind::Delete
+                | HandlerKind::Resume => {}
             }
         }
         if let ShutdownPhase::Running(report) = &mut self.shutdown {
