@@ -179,14 +179,15 @@ mod status;
 #[cfg(feature = "testing")]
 pub mod testing;
 
+pub use crate::core::diff::{Diff, DiffItem, DiffOp};
 pub use crate::core::object::ObjectRef;
 pub use crate::core::outcome::{BoxError, ErrorKind, HandlerError, HandlerResult};
 pub use crate::core::resource::ResourceInfo;
 pub use crate::core::sink::PatchError;
 pub use crate::core::stop::{StopReason, Stopper};
 pub use crate::handler::{
-    BlockingSafe, Data, Inject, Live, Memo, Occurrence, Patch, Registry, RegistryError, Retry,
-    Runtime, ScopeKind, Started, StaticResource,
+    BlockingSafe, Data, FieldChange, Inject, Live, Memo, Occurrence, Old, Patch, Registry,
+    RegistryError, Retry, Runtime, ScopeKind, Started, StaticResource,
 };
 pub use crate::operator::{
     EventError, Events, Fenced, KindStats, LeaderElection, Leadership, Membership, Operator,

@@ -9,6 +9,7 @@
 pub(crate) mod clearance;
 pub(crate) mod clock;
 pub(crate) mod cron;
+pub(crate) mod diff;
 pub(crate) mod effects;
 pub(crate) mod erased;
 pub(crate) mod filter;

@@ -2,6 +2,7 @@
 //! user's function into an [`ErasedHandler`](crate::engine::ErasedHandler) (injecting parameters
 //! by type, converting return values), and collects all handlers of the binary at start-up.
 
+mod change;
 mod inject;
 mod live;
 mod memo;
@@ -14,6 +15,7 @@ mod typed;
 pub use inject::{
     BlockingSafe, Data, Inject, Occurrence, Retry, Runtime, Started, assert_blocking_safe,
 };
+pub use change::{FieldChange, Old};
 pub use live::Live;
 pub use memo::Memo;
 pub use patch::Patch;
