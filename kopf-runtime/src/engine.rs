@@ -121,8 +121,8 @@
 //! ```
 
 pub use crate::core::clock::WallClock;
-pub use crate::core::effects::Effect;
 pub use crate::core::diff::{ChangeContext, FieldValues};
+pub use crate::core::effects::Effect;
 pub use crate::core::erased::{Call, ErasedHandler, Invocation, MatchError, Output, Services};
 pub use crate::core::filter::{FieldFilter, Filters, JsonLiteral, MetaFilter, ValueFilter};
 pub use crate::core::memo::ObjectMemo;

@@ -250,7 +250,10 @@ mod tests {
     fn null_is_absent_and_a_type_change_is_a_change() {
         assert!(ops(&json!({"spec": {"a": null}}), &json!({"spec": {}})).is_empty());
         assert_eq!(
-            ops(&json!({"spec": {"a": {"b": 1}}}), &json!({"spec": {"a": 5}})),
+            ops(
+                &json!({"spec": {"a": {"b": 1}}}),
+                &json!({"spec": {"a": 5}})
+            ),
             [(DiffOp::Change, "spec.a".to_owned())]
         );
         assert!(Diff::between(&json!(1), &json!(2)).is_known());

@@ -110,8 +110,8 @@ impl<K> Inject<K> for Diff {
     fn inject(invocation: &Invocation) -> Result<Self, HandlerError> {
         let context = change(invocation, "Diff")?;
         Ok(match &context.old {
-            Some(old) => Diff::between(old.body(), invocation.object.body()),
-            None => Diff::unknown(),
+            Some(old) => Self::between(old.body(), invocation.object.body()),
+            None => Self::unknown(),
         })
     }
 }

@@ -12,10 +12,10 @@ mod registry;
 mod resource;
 mod typed;
 
+pub use change::{FieldChange, Old};
 pub use inject::{
     BlockingSafe, Data, Inject, Occurrence, Retry, Runtime, Started, assert_blocking_safe,
 };
-pub use change::{FieldChange, Old};
 pub use live::Live;
 pub use memo::Memo;
 pub use patch::Patch;
