@@ -11,6 +11,8 @@
 
 mod blocking;
 pub(crate) mod census;
+mod change_task;
+mod changes;
 mod config;
 mod cron;
 mod daemon;
@@ -161,6 +163,12 @@ impl Supervisor {
             let spec = h.spec();
             spec.kind == HandlerKind::Timer && spec.schedule.idle.is_some()
         });
+        let changes =
+            changes::Changes::build(&handlers, &config.annotation_prefix, &config.finalizer)
+                .unwrap_or_else(|err| {
+                    tracing::error!("the change handlers cannot run: {err}");
+                    None
+                });
         let rng = config
             .seed
             .map_or_else(fastrand::Rng::new, fastrand::Rng::with_seed);
@@ -178,6 +186,7 @@ impl Supervisor {
             active: watch::Sender::new(0),
             force: CancellationToken::new(),
             needs_essence,
+            changes,
             clearance: OnceLock::new(),
             meters,
         };

@@ -43,6 +43,8 @@ pub(crate) struct SupervisorCore {
     pub(crate) force: CancellationToken,
     /// Whether any handler is an `idle` timer (only then essences are computed).
     pub(crate) needs_essence: bool,
+    /// The change handlers, if any (`on_create`, `on_update`, `on_delete`, `on_resume`).
+    pub(crate) changes: Option<super::changes::Changes>,
     /// Until when invocations may start (no limit if unset).
     pub(crate) clearance: OnceLock<Clearance>,
     /// The counters per handler, by handler index (`None`: the supervisor does not count).
@@ -193,12 +195,15 @@ pub(crate) struct ObjectEntry {
     pub(crate) finalizer_on: bool,
     /// What the object's handlers keep for it (`Memo<T>`).
     pub(crate) memo: Arc<ObjectMemo>,
-    /// One slot per handler, by handler index.
+    /// One slot per handler, by handler index (a change handler's slot only keeps whether it
+    /// matches: its invocations run in the object's change task).
     pub(crate) slots: Vec<Slot>,
+    /// The object's changes (with change handlers only).
+    pub(crate) changes: Option<Box<super::changes::ObjectChanges>>,
 }
 
 impl ObjectEntry {
-    pub(crate) fn new(object: Arc<ObjectState>, handlers: usize) -> Self {
+    pub(crate) fn new(object: Arc<ObjectState>, handlers: usize, digest: Option<u64>) -> Self {
         Self {
             reference: object.reference().clone(),
             live: watch::Sender::new(object),
@@ -210,6 +215,7 @@ impl ObjectEntry {
             finalizer_on: false,
             memo: Arc::default(),
             slots: (0..handlers).map(|_| Slot::default()).collect(),
+            changes: digest.map(|d| Box::new(super::changes::ObjectChanges::new(d))),
         }
     }
 
@@ -221,7 +227,8 @@ impl ObjectEntry {
         let needed = self
             .slots
             .iter()
-            .any(|s| s.matched || matches!(s.run, Run::Active(_)));
+            .any(|s| s.matched || matches!(s.run, Run::Active(_)))
+            || self.changes.is_some();
         if needed || self.live.borrow().is_identity_only() {
             return;
         }
@@ -238,6 +245,7 @@ impl ObjectEntry {
         self.slots
             .iter()
             .any(|s| matches!(s.run, Run::Active(_) | Run::Lingering(_)))
+            || self.changes.as_ref().is_some_and(|c| c.task.is_some())
     }
 }
 

@@ -1,0 +1,442 @@
+//! The persisted state of the change handlers: two annotations per object and operator, their
+//! format rules, and what one step writes.
+//!
+//! - `<prefix><op>.last-handled`: the diff base ([`super::base`]).
+//! - `<prefix><op>.progress`: a change in flight ([`super::progress`]).
+//!
+//! `<op>` is the operator's storage name, so two operators on one kind keep separate state,
+//! like their finalizers; a long name is shortened with a hash to the 63 characters of an
+//! annotation name, as for `.cron`. Both values are compact JSON with a version `v`
+//! ([`VERSION`]). Reading never panics: a malformed value or another version is a
+//! [`DecodeError`], which the caller logs and reads as absent.
+//!
+//! [`ChangeWrite`] is what one step of a change writes: these annotations, plus the handler's
+//! result (`status.<id>`) and its own patch, as one JSON merge patch without the parts that
+//! would change nothing.
+
+use jiff::Timestamp;
+use serde_json::{Map, Value};
+
+use super::ChangeKind;
+use super::essence::{escaped_len, json_str_len};
+use super::progress::Progress;
+use crate::core::hash::annotation_key;
+
+/// The suffix of the diff base's annotation.
+const BASE_SUFFIX: &str = ".last-handled";
+/// The suffix of the progress annotation.
+const PROGRESS_SUFFIX: &str = ".progress";
+/// The format version this build writes and reads.
+pub(crate) const VERSION: u64 = 1;
+/// The most bytes of a stored message, as a JSON string without its quotes.
+pub(crate) const MESSAGE_CAP: usize = 200;
+
+/// The annotation keys of one operator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Keys {
+    /// `<prefix><op>.progress`.
+    pub(crate) progress: String,
+    /// `<prefix><op>.last-handled`.
+    pub(crate) base: String,
+}
+
+impl Keys {
+    /// The keys under `prefix` (e.g. `kopf.dev/`) for the operator named `op`.
+    #[must_use]
+    pub(crate) fn new(prefix: &str, op: &str) -> Self {
+        Self {
+            progress: annotation_key(prefix, op, PROGRESS_SUFFIX),
+            base: annotation_key(prefix, op, BASE_SUFFIX),
+        }
+    }
+}
+
+/// Why a stored annotation cannot be read (the caller logs it and reads it as absent).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum DecodeError {
+    /// Not JSON at all.
+    #[error("not JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    /// Written by another version of the format.
+    #[error("format version {0} is unknown (this build reads version {VERSION})")]
+    Version(u64),
+    /// JSON, but not of the expected shape.
+    #[error("malformed `{0}`")]
+    Malformed(&'static str),
+}
+
+/// Parses a stored annotation and checks its `v`.
+///
+/// # Errors
+/// Not JSON, a missing or non-integer `v`, or another version.
+pub(crate) fn parse(text: &str) -> Result<Value, DecodeError> {
+    let json: Value = serde_json::from_str(text)?;
+    match json.get("v").map(Value::as_u64) {
+        Some(Some(VERSION)) => Ok(json),
+        Some(Some(other)) => Err(DecodeError::Version(other)),
+        _ => Err(DecodeError::Malformed("v")),
+    }
+}
+
+/// A stored time (RFC 3339).
+pub(crate) fn time(json: Option<&Value>) -> Option<Timestamp> {
+    json?.as_str()?.parse().ok()
+}
+
+/// `text` cut to at most [`MESSAGE_CAP`] bytes as a JSON string (a cut one ends with `…`).
+#[must_use]
+pub(crate) fn truncate_message(text: &str) -> String {
+    if json_str_len(text) - 2 <= MESSAGE_CAP {
+        return text.to_owned();
+    }
+    let room = MESSAGE_CAP - '…'.len_utf8();
+    let mut used = 0;
+    let mut out = String::new();
+    for c in text.chars() {
+        used += escaped_len(c);
+        if used > room {
+            break;
+        }
+        out.push(c);
+    }
+    out.push('…');
+    out
+}
+
+/// What one step of a change writes (one logical patch).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct ChangeWrite {
+    /// The progress annotation: `Some(None)` removes it.
+    pub(crate) progress: Option<Option<String>>,
+    /// The new diff base.
+    pub(crate) base: Option<String>,
+    /// The handler's result, for `status.<id>` (the caller adds it).
+    pub(crate) result: Option<Value>,
+    /// The handler's own merge patch (the caller adds it).
+    pub(crate) user: Option<Value>,
+}
+
+impl ChangeWrite {
+    /// The framework's part of a step of the change `progress` (`last`: the change is over).
+    /// A create or update ends by writing its target as the base and removing the progress;
+    /// its other steps, and every step of a delete, write the progress (a delete keeps its
+    /// final one); a resume persists nothing of its own.
+    #[must_use]
+    pub(crate) fn step(progress: &Progress, last: bool) -> Self {
+        match progress.cause {
+            ChangeKind::Resume => Self::default(),
+            ChangeKind::Create | ChangeKind::Update if last => Self {
+                progress: Some(None),
+                base: Some(progress.target.encode()),
+                ..Self::default()
+            },
+            ChangeKind::Create | ChangeKind::Update | ChangeKind::Delete => Self {
+                progress: Some(Some(progress.encode())),
+                ..Self::default()
+            },
+        }
+    }
+
+    /// Whether the step writes the diff base (the change is over).
+    #[must_use]
+    pub(crate) fn writes_base(&self) -> bool {
+        self.base.is_some()
+    }
+
+    /// The merge patch for the object `body` (its latest version) of the handler `handler`:
+    /// the user's patch, the annotations and `status.<handler>`, without the entries that
+    /// already hold their value. `None`: nothing to write. A user patch that is not an object
+    /// is left out (the caller warns, as for daemons and timers).
+    #[must_use]
+    pub(crate) fn into_patch(self, keys: &Keys, handler: &str, body: &Value) -> Option<Value> {
+        let mut patch = match self.user {
+            Some(Value::Object(map)) => map,
+            _ => Map::new(),
+        };
+        let mut annotations = Map::new();
+        if let Some(progress) = self.progress {
+            let value = progress.map_or(Value::Null, Value::String);
+            annotations.insert(keys.progress.clone(), value);
+        }
+        if let Some(base) = self.base {
+            annotations.insert(keys.base.clone(), Value::String(base));
+        }
+        if !annotations.is_empty() {
+            merge_at(&mut patch, &["metadata", "annotations"], annotations);
+        }
+        if let Some(result) = self.result {
+            let mut status = Map::new();
+            status.insert(handler.to_owned(), result);
+            merge_at(&mut patch, &["status"], status);
+        }
+        prune(&Value::Object(patch), Some(body))
+    }
+}
+
+/// Adds `entries` to the object at `path` in `patch` (created, or replacing a non-object).
+fn merge_at(patch: &mut Map<String, Value>, path: &[&str], entries: Map<String, Value>) {
+    let Some((first, rest)) = path.split_first() else {
+        patch.extend(entries);
+        return;
+    };
+    let slot = patch
+        .entry((*first).to_owned())
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !slot.is_object() {
+        *slot = Value::Object(Map::new());
+    }
+    if let Value::Object(inner) = slot {
+        merge_at(inner, rest, entries);
+    }
+}
+
+/// The part of the merge patch `patch` that changes `target` (`None`: absent), or `None` if
+/// applying it would change nothing.
+fn prune(patch: &Value, target: Option<&Value>) -> Option<Value> {
+    let Value::Object(entries) = patch else {
+        return (target != Some(patch)).then(|| patch.clone());
+    };
+    let Some(Value::Object(current)) = target else {
+        // A new object, or one replacing a non-object: written as it is.
+        return Some(patch.clone());
+    };
+    let kept: Map<String, Value> = entries
+        .iter()
+        .filter_map(|(key, value)| {
+            let now = current.get(key);
+            let kept = if value.is_null() {
+                now.is_some().then_some(Value::Null)
+            } else {
+                prune(value, now)
+            };
+            Some((key.clone(), kept?))
+        })
+        .collect();
+    (!kept.is_empty()).then_some(Value::Object(kept))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::time::Duration;
+
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    use super::super::machine::{ChangeRun, Step};
+    use super::super::progress::{Outcome, State, merge};
+    use super::super::tests::{body, seen, set, t};
+    use super::*;
+
+    #[test]
+    fn messages_are_cut_to_200_bytes_of_json() {
+        assert_eq!(truncate_message("short"), "short");
+        let long = truncate_message(&"é".repeat(300));
+        assert!(long.ends_with('…') && long.len() <= MESSAGE_CAP);
+        let quoted = truncate_message(&"\"".repeat(300));
+        assert_eq!(json_str_len(&quoted) - 2, 98 * 2 + 3);
+        let exact = "x".repeat(MESSAGE_CAP);
+        assert_eq!(truncate_message(&exact), exact);
+        assert!(time(Some(&json!("2026-01-01T00:00:00+01:00"))).is_some());
+        assert!(time(Some(&json!(1))).is_none() && time(None).is_none());
+    }
+
+    fn keys() -> Keys {
+        Keys::new("kopf.dev/", "op")
+    }
+
+    #[test]
+    fn one_patch_holds_annotations_result_and_the_users_patch() {
+        let write = ChangeWrite {
+            progress: Some(None),
+            base: Some("{\"d\":\"1\"}".to_owned()),
+            result: Some(json!({"ok": true})),
+            user: Some(json!({"metadata": {"labels": {"done": "yes"}}, "spec": {"x": 1}})),
+        };
+        let body = json!({"metadata": {"annotations": {"kopf.dev/op.progress": "{}"}}});
+        assert!(write.writes_base());
+        assert_eq!(
+            write.into_patch(&keys(), "make", &body),
+            Some(json!({
+                "metadata": {
+                    "labels": {"done": "yes"},
+                    "annotations": {"kopf.dev/op.progress": null, "kopf.dev/op.last-handled": "{\"d\":\"1\"}"},
+                },
+                "spec": {"x": 1},
+                "status": {"make": {"ok": true}},
+            }))
+        );
+    }
+
+    #[test]
+    fn what_is_already_there_is_not_written() {
+        let body = json!({
+            "metadata": {"annotations": {"kopf.dev/op.last-handled": "B"}},
+            "spec": {"x": 1},
+            "status": {"make": {"ok": true, "n": 1}},
+        });
+        let same = ChangeWrite {
+            progress: Some(None),
+            base: Some("B".to_owned()),
+            result: Some(json!({"ok": true})),
+            user: Some(json!({"spec": {"x": 1, "gone": null}})),
+        };
+        assert_eq!(same.into_patch(&keys(), "make", &body), None);
+        assert_eq!(
+            ChangeWrite::default().into_patch(&keys(), "make", &body),
+            None
+        );
+        let partly = ChangeWrite {
+            progress: Some(Some("P".to_owned())),
+            base: Some("B".to_owned()),
+            result: Some(json!({"ok": false})),
+            user: Some(json!(["not", "an", "object"])),
+        };
+        assert_eq!(
+            partly.into_patch(&keys(), "make", &body),
+            Some(json!({
+                "metadata": {"annotations": {"kopf.dev/op.progress": "P"}},
+                "status": {"make": {"ok": false}},
+            }))
+        );
+        let replaced = ChangeWrite {
+            result: Some(json!({})),
+            user: Some(json!({"status": "flat", "spec": {}})),
+            ..ChangeWrite::default()
+        };
+        assert_eq!(
+            replaced.into_patch(&keys(), "make", &json!({"status": "flat"})),
+            Some(json!({"status": {"make": {}}, "spec": {}}))
+        );
+    }
+
+    #[test]
+    fn keys_are_named_after_the_operator_and_fit() {
+        let keys = Keys::new("kopf.dev/", "bucket-operator");
+        assert_eq!(keys.progress, "kopf.dev/bucket-operator.progress");
+        assert_eq!(keys.base, "kopf.dev/bucket-operator.last-handled");
+        let long = Keys::new("kopf.dev/", &"o".repeat(70));
+        for key in [&long.progress, &long.base] {
+            assert_eq!(key.trim_start_matches("kopf.dev/").len(), 63);
+        }
+        assert!(long.base.ends_with(".last-handled") && long.progress.ends_with(".progress"));
+    }
+
+    #[derive(Debug, Clone, Copy)]
+    enum Op {
+        Next(u8),
+        Complete(u8),
+        Stop,
+        Reload,
+        Absorb,
+        Tick(u8),
+    }
+
+    fn arb_op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => any::<u8>().prop_map(Op::Next),
+            4 => any::<u8>().prop_map(Op::Complete),
+            1 => Just(Op::Stop),
+            1 => Just(Op::Reload),
+            1 => Just(Op::Absorb),
+            2 => any::<u8>().prop_map(Op::Tick),
+        ]
+    }
+
+    fn outcome(kind: u8) -> Outcome<'static> {
+        match kind % 4 {
+            0 => Outcome::Succeeded,
+            1 => Outcome::Ignored,
+            2 => Outcome::Retry {
+                delay: Duration::from_secs(u64::from(kind)),
+                message: "e",
+            },
+            _ => Outcome::Failed { message: "f" },
+        }
+    }
+
+    proptest! {
+        /// The invariants of §4.4 over random runs of a create change with three handlers, its
+        /// writes persisted as they come, reloads from them and merges of stale copies.
+        #[test]
+        fn the_writes_of_random_runs_keep_the_invariants(ops in prop::collection::vec(arb_op(), 1..60)) {
+            let (set, new) = (set(), body("x", 1));
+            let observed = seen(&set, &new);
+            let mut run = ChangeRun::start(ChangeKind::Create, &set, None, &observed, t(0));
+            let (mut now, mut stored, mut first) = (t(0), None::<Progress>, None::<Progress>);
+            let mut done = BTreeSet::new();
+            for op in ops {
+                match op {
+                    Op::Next(mask) => match run.next(now, &|i| mask & (1 << i) != 0) {
+                        Step::Run { index, .. } => {
+                            prop_assert!(!done.contains(&index), "a done handler runs again");
+                            prop_assert_eq!(run.next(now, &|_| true), Step::Running { index });
+                        }
+                        Step::Finished(Some(write)) => {
+                            prop_assert!(write.writes_base());
+                            break;
+                        }
+                        Step::Wait { .. } | Step::Running { .. } | Step::Finished(None) => {}
+                    },
+                    Op::Complete(kind) => {
+                        let Some(index) = run.running() else {
+                            prop_assert_eq!(run.complete(0, Outcome::Succeeded, now), None);
+                            continue;
+                        };
+                        let write = run.complete(index, outcome(kind), now);
+                        prop_assert!(write.is_some(), "one write per transition");
+                        let Some(Some(text)) = write.and_then(|w| w.progress) else { break };
+                        let written = Progress::decode(&text).unwrap();
+                        if let Some(before) = &stored {
+                            prop_assert_eq!(&merge(before, &written), &written, "progress regressed");
+                        }
+                        for (id, record) in &written.handlers {
+                            if record.state == State::Done {
+                                done.insert(set.all().iter().find(|h| h.id == id).unwrap().index);
+                            }
+                        }
+                        first.get_or_insert_with(|| written.clone());
+                        stored = Some(written);
+                    }
+                    Op::Stop => run.stop(),
+                    Op::Reload => {
+                        run = match &stored {
+                            Some(stored) => ChangeRun::resume(stored.clone(), &set),
+                            None => ChangeRun::start(ChangeKind::Create, &set, None, &observed, now),
+                        };
+                    }
+                    Op::Absorb => {
+                        if let Some(old) = &first {
+                            let before = run.progress().clone();
+                            prop_assert!(run.absorb(old));
+                            prop_assert_eq!(&merge(&before, run.progress()), run.progress());
+                        }
+                    }
+                    Op::Tick(secs) => {
+                        now = now.saturating_add(Duration::from_secs(u64::from(secs))).unwrap();
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn each_step_writes_what_its_kind_keeps() {
+        let set = set();
+        let new = body("x", 1);
+        let run = ChangeRun::start(ChangeKind::Update, &set, None, &seen(&set, &new), t(0));
+        let mut progress = run.progress().clone();
+        let encoded = Some(Some(progress.encode()));
+        assert_eq!(ChangeWrite::step(&progress, false).progress, encoded);
+        let last = ChangeWrite::step(&progress, true);
+        assert_eq!(last.base, Some(progress.target.encode()));
+        assert_eq!(last.progress, Some(None));
+        progress.cause = ChangeKind::Delete;
+        assert_eq!(
+            ChangeWrite::step(&progress, true).progress,
+            Some(Some(progress.encode()))
+        );
+        progress.cause = ChangeKind::Resume;
+        assert_eq!(ChangeWrite::step(&progress, true), ChangeWrite::default());
+    }
+}

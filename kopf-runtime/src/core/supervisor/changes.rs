@@ -1,0 +1,468 @@
+//! Change handlers in the supervisor: what one object's changes are (its diff base, the change
+//! in flight, whether its change task runs), and the decisions about them that `reconcile`
+//! makes: which change to start, when to stop the task, whether the finalizer is held.
+//!
+//! ```text
+//! observe ──digest──▶ reconcile ──plan: detect (no change in flight) ──▶ ChangeRun
+//!                        │                                               │
+//!                        ├─ no task, a change to run, may spawn ──▶ spawn the change task
+//!                        ├─ paused / gone / a delete supersedes ──▶ stop the task
+//!                        └─ holds: a required delete matches, or a delete is unfinished
+//! ```
+//!
+//! The change task (`change_task.rs`) runs the change's handlers one at a time and persists
+//! each step; the pure decisions are in `core/changes`.
+
+use std::sync::Arc;
+
+use jiff::Timestamp;
+use serde_json::Value;
+
+use super::state::{Exit, InstanceShared, ObjectEntry, State, SupervisorCore};
+use crate::core::changes::base::DiffBase;
+use crate::core::changes::essence::{self, EssenceCfg, Observed};
+use crate::core::changes::keys::Keys;
+use crate::core::changes::machine::{ChangeRun, Detected, Inputs, detect};
+use crate::core::changes::progress::Progress;
+use crate::core::changes::{BuildError, ChangeHandler, ChangeHandlers, ChangeKind, FieldPath};
+use crate::core::diff::{ChangeContext, FieldValues};
+use crate::core::erased::ErasedHandler;
+use crate::core::object::ObjectState;
+use crate::core::spec::HandlerKind;
+use crate::core::stop::StopReason;
+
+/// A kind's change handlers and where their state is stored (one per supervisor).
+pub(crate) struct Changes {
+    /// The change handlers, in the defined order.
+    pub(crate) handlers: ChangeHandlers,
+    /// The annotations of the diff base and the progress.
+    pub(crate) keys: Keys,
+    /// The operator's annotation prefix (its own annotations are not part of the essence).
+    own_prefix: String,
+}
+
+/// The change kind of a handler kind (`None`: a daemon or a timer).
+pub(crate) fn change_kind(kind: HandlerKind) -> Option<ChangeKind> {
+    match kind {
+        HandlerKind::Create => Some(ChangeKind::Create),
+        HandlerKind::Update => Some(ChangeKind::Update),
+        HandlerKind::Delete => Some(ChangeKind::Delete),
+        HandlerKind::Resume => Some(ChangeKind::Resume),
+        HandlerKind::Daemon | HandlerKind::Timer => None,
+    }
+}
+
+impl Changes {
+    /// The change handlers among `handlers` (`None`: there are none), stored under `prefix`
+    /// with the operator's name taken from its `finalizer` (`kopf.dev/<name>`).
+    ///
+    /// # Errors
+    /// A handler watches a change handler's result, or a change's progress could not fit.
+    pub(crate) fn build(
+        handlers: &[Arc<dyn ErasedHandler>],
+        prefix: &str,
+        finalizer: &str,
+    ) -> Result<Option<Self>, BuildError> {
+        let list: Vec<ChangeHandler> = handlers
+            .iter()
+            .enumerate()
+            .filter_map(|(index, handler)| {
+                let spec = handler.spec();
+                let kind = change_kind(spec.kind)?;
+                Some(ChangeHandler {
+                    index,
+                    id: spec.id,
+                    kind,
+                    location: spec.location,
+                    watch: (spec.change.field).map(|f| FieldPath {
+                        path: f.path,
+                        segments: f.segments,
+                    }),
+                    optional: kind == ChangeKind::Delete && !spec.finalizer,
+                })
+            })
+            .collect();
+        if list.is_empty() {
+            return Ok(None);
+        }
+        let name = finalizer.rsplit('/').next().unwrap_or(finalizer);
+        Ok(Some(Self {
+            handlers: ChangeHandlers::new(list)?,
+            keys: Keys::new(prefix, name),
+            own_prefix: prefix.to_owned(),
+        }))
+    }
+
+    fn cfg(&self) -> EssenceCfg<'_> {
+        EssenceCfg {
+            own_prefix: &self.own_prefix,
+            watched: self.handlers.watched(),
+        }
+    }
+
+    /// The digest of a version's essence (computed outside the supervisor's lock).
+    pub(crate) fn digest(&self, body: &Value) -> u64 {
+        essence::digest(body, &self.cfg())
+    }
+
+    /// A version, with the digest computed for it.
+    fn observed<'b>(&self, body: &'b Value, digest: u64) -> Observed<'b> {
+        let fields = (self.handlers.watched().iter())
+            .map(|field| (field.path, essence::lookup(body, field)))
+            .collect();
+        Observed { digest, fields }
+    }
+
+    /// Whether handler `index` is a change handler of `kind`.
+    fn is(&self, index: usize, kind: ChangeKind) -> bool {
+        (self.handlers.all().iter()).any(|h| h.index == index && h.kind == kind)
+    }
+}
+
+/// One object's changes, in its entry (only in supervisors with change handlers).
+pub(crate) struct ObjectChanges {
+    /// The diff base: as stored on the object when loaded, then as this process wrote it.
+    pub(crate) base: Option<DiffBase>,
+    /// The base when the change in flight started (the old values of watched fields).
+    pub(crate) from: Option<DiffBase>,
+    /// The change in flight (a finished delete stays, so that it is not run again).
+    pub(crate) run: Option<ChangeRun>,
+    /// The change task, while it runs.
+    pub(crate) task: Option<Arc<InstanceShared>>,
+    /// The digest of the latest version's essence.
+    pub(crate) digest: u64,
+    /// The stored state is read from the next version looked at: first sight, or the object
+    /// may have been served elsewhere meanwhile (pause, scope).
+    pub(crate) reload: bool,
+    /// Resume handlers are due: the first sight of the object in this process.
+    pub(crate) first_sight: bool,
+    /// The object as this process last handled it (`Old`, `Diff`).
+    pub(crate) old: Option<Arc<ObjectState>>,
+}
+
+impl ObjectChanges {
+    /// An object first seen, with the digest of its version.
+    pub(crate) fn new(digest: u64) -> Self {
+        Self {
+            base: None,
+            from: None,
+            run: None,
+            task: None,
+            digest,
+            reload: true,
+            first_sight: true,
+            old: None,
+        }
+    }
+
+    /// Reads the stored diff base and progress from `object` (malformed ones are logged and
+    /// read as absent).
+    fn load(&mut self, changes: &Changes, object: &ObjectState, now: Timestamp) {
+        let keys = &changes.keys;
+        let reference = object.reference();
+        self.base = object.annotation(&keys.base).and_then(|text| {
+            DiffBase::decode(text)
+                .inspect_err(|err| {
+                    tracing::warn!(object = %reference, annotation = %keys.base,
+                        "the stored diff base is unreadable, so the object counts as new: {err}");
+                })
+                .ok()
+        });
+        let stored = object.annotation(&keys.progress).and_then(|text| {
+            Progress::decode(text)
+                .inspect_err(|err| {
+                    tracing::warn!(object = %reference, annotation = %keys.progress,
+                        "the stored progress is unreadable, so the change starts anew: {err}");
+                })
+                .ok()
+        });
+        self.run = stored.map(|progress| {
+            let finished = progress.is_finished();
+            let mut run = ChangeRun::resume(progress, &changes.handlers);
+            if finished {
+                // Settles it as finished (a delete done before a restart), writing nothing.
+                let _settled = run.next(now, &|_| true);
+            }
+            run
+        });
+        self.from.clone_from(&self.base);
+    }
+
+    /// Decides the object's change now: `true` if a change is in flight for the task to run.
+    pub(crate) fn plan(&mut self, changes: &Changes, facts: &Facts<'_>, now: Timestamp) -> bool {
+        if self.reload {
+            self.load(changes, facts.object, now);
+            self.reload = false;
+        }
+        if let Some(run) = &self.run {
+            if facts.deleting && run.cause() != ChangeKind::Delete {
+                self.run = None; // superseded by the deletion
+            } else if !run.is_finished() {
+                return true;
+            }
+        }
+        let observed = changes.observed(facts.object.body(), self.digest);
+        let inputs = Inputs {
+            handlers: &changes.handlers,
+            observed: &observed,
+            base: self.base.as_ref(),
+            progress: self.run.as_ref().map(ChangeRun::progress),
+            deleting: facts.deleting,
+            finalizer_on: facts.finalizer_on,
+            finalizer_needed: facts.finalizer_needed,
+            delete_matches: facts.delete_matches,
+            first_sight: self.first_sight,
+        };
+        let detected = detect(&inputs);
+        self.first_sight = false;
+        match detected {
+            Detected::Nothing => false,
+            Detected::Continue(_) => self.run.as_ref().is_some_and(|r| !r.is_finished()),
+            Detected::Start(kind) => {
+                let base = self.base.as_ref();
+                let run = ChangeRun::start(kind, &changes.handlers, base, &observed, now);
+                self.from.clone_from(&self.base);
+                self.run = Some(run);
+                true
+            }
+        }
+    }
+
+    /// Why the running change task must stop now (empty: it may go on).
+    pub(crate) fn stop_reason(&self, facts: &Facts<'_>, gone: bool, paused: bool) -> StopReason {
+        let mut reason = StopReason::empty();
+        let superseded = facts.deleting
+            && (self.run.as_ref()).is_some_and(|run| run.cause() != ChangeKind::Delete);
+        if gone || superseded {
+            reason |= StopReason::RESOURCE_DELETED;
+        }
+        if paused {
+            reason |= StopReason::OPERATOR_PAUSING;
+        }
+        reason
+    }
+
+    /// Whether the object's changes keep the finalizer on: a required delete handler matches a
+    /// live object, or a delete change is due or unfinished.
+    pub(crate) fn holds(&self, facts: &Facts<'_>) -> bool {
+        let delete_run = (self.run.as_ref()).filter(|run| run.cause() == ChangeKind::Delete);
+        if self.task.is_some() && delete_run.is_some() {
+            return true;
+        }
+        if !facts.deleting {
+            return facts.delete_needed;
+        }
+        facts.finalizer_on
+            && match delete_run {
+                Some(run) => run.holds_finalizer(),
+                None => facts.delete_matches,
+            }
+    }
+
+    /// What an invocation of handler `index` learns about the change.
+    pub(crate) fn context(
+        &self,
+        handler: &dyn ErasedHandler,
+        body: &Value,
+        cause: ChangeKind,
+    ) -> Arc<ChangeContext> {
+        let field = handler.spec().change.field.map(|field| {
+            let path = FieldPath {
+                path: field.path,
+                segments: field.segments,
+            };
+            let stored = (self.from.as_ref()).and_then(|base| base.fields.get(field.path));
+            FieldValues {
+                old: stored.and_then(|s| s.value()).cloned(),
+                new: essence::lookup(body, &path).cloned(),
+                old_elided: stored.is_some_and(|s| s.value().is_none()),
+            }
+        });
+        let old = (cause == ChangeKind::Update).then(|| self.old.clone());
+        Arc::new(ChangeContext::new(old.flatten(), field))
+    }
+}
+
+/// What `reconcile` knows of an object for its changes.
+pub(crate) struct Facts<'a> {
+    /// The latest version.
+    pub(crate) object: &'a ObjectState,
+    /// It is being deleted.
+    pub(crate) deleting: bool,
+    /// Our finalizer is on it.
+    pub(crate) finalizer_on: bool,
+    /// A finalizer-holding handler matches it (create waits for the finalizer then).
+    pub(crate) finalizer_needed: bool,
+    /// A required (not `optional`) delete handler matches the live object.
+    pub(crate) delete_needed: bool,
+    /// A delete handler matches the deleting version.
+    pub(crate) delete_matches: bool,
+}
+
+impl<'a> Facts<'a> {
+    /// The facts of `entry`, whose latest version is `object`.
+    pub(crate) fn of(
+        changes: &Changes,
+        handlers: &[Arc<dyn ErasedHandler>],
+        entry: &ObjectEntry,
+        object: &'a ObjectState,
+        await_finalizer: bool,
+    ) -> Self {
+        let deleting = entry.deleting || entry.gone;
+        let matched = |index: usize| entry.slots[index].matched;
+        let delete = |index: usize| changes.is(index, ChangeKind::Delete);
+        let mut delete_needed = false;
+        let mut delete_matches = false;
+        let mut finalizer_needed = false;
+        for (index, handler) in handlers.iter().enumerate() {
+            if !matched(index) {
+                continue;
+            }
+            let holds = handler.spec().finalizer;
+            if delete(index) {
+                delete_matches = true;
+                delete_needed |= holds && !deleting;
+            }
+            finalizer_needed |= holds && !deleting;
+        }
+        Self {
+            object,
+            deleting,
+            finalizer_on: entry.finalizer_on,
+            finalizer_needed: await_finalizer && finalizer_needed,
+            delete_needed,
+            delete_matches: delete_matches && deleting,
+        }
+    }
+}
+
+impl SupervisorCore {
+    /// The change part of `reconcile`: stops the change task when it must stop, or plans the
+    /// next change and starts the task for it. Returns the tasks started (0 or 1).
+    pub(crate) fn reconcile_changes(
+        self: &Arc<Self>,
+        entry: &mut ObjectEntry,
+        paused: bool,
+        may_spawn: bool,
+    ) -> usize {
+        let Some(changes) = self.changes.as_ref() else {
+            return 0;
+        };
+        let object = Arc::clone(&entry.live.borrow());
+        let await_finalizer = self.config.daemons_await_finalizer;
+        let facts = Facts::of(changes, &self.handlers, entry, &object, await_finalizer);
+        let gone = entry.gone;
+        let Some(own) = entry.changes.as_mut() else {
+            return 0;
+        };
+        if paused {
+            own.reload = true; // another replica may go on with the change meanwhile
+        }
+        if let Some(task) = &own.task {
+            let reason = own.stop_reason(&facts, gone, paused);
+            if !reason.is_empty() {
+                task.stop(reason);
+            }
+            return 0;
+        }
+        let now = self.config.wall_clock.now();
+        if gone || !may_spawn || !own.plan(changes, &facts, now) {
+            return 0;
+        }
+        super::change_task::spawn(self, entry);
+        1
+    }
+
+    /// Whether the object's changes keep the finalizer on (see [`ObjectChanges::holds`]).
+    pub(crate) fn changes_hold(&self, entry: &ObjectEntry) -> bool {
+        let (Some(changes), Some(own)) = (self.changes.as_ref(), entry.changes.as_ref()) else {
+            return false;
+        };
+        let object = Arc::clone(&entry.live.borrow());
+        let await_finalizer = self.config.daemons_await_finalizer;
+        own.holds(&Facts::of(
+            changes,
+            &self.handlers,
+            entry,
+            &object,
+            await_finalizer,
+        ))
+    }
+
+    /// A change task ended: counted and reported like an instance, and the object reconciled
+    /// at once (the next change, the finalizer).
+    pub(crate) fn change_exited(
+        self: &Arc<Self>,
+        uid: &Arc<str>,
+        task: &Arc<InstanceShared>,
+        current: Option<usize>,
+        exit: Exit,
+    ) {
+        let mut state = self.lock();
+        let Some(entry) = state.objects.get_mut(uid) else {
+            return;
+        };
+        let Some(own) = entry.changes.as_mut() else {
+            return;
+        };
+        if !own.task.as_ref().is_some_and(|t| Arc::ptr_eq(t, task)) {
+            return; // abandoned by the shutdown deadline
+        }
+        own.task = None;
+        if exit != Exit::Done
+            && let Some(run) = own.run.as_mut()
+        {
+            run.stop();
+        }
+        let reference = entry.reference.clone();
+        if let Some(index) = current {
+            let spec = self.handlers[index].spec();
+            state.record_exit(reference, spec.id, spec.kind, exit);
+            self.count_stop(index, task, exit);
+        }
+        self.active.send_modify(|n| *n = n.saturating_sub(1));
+        self.reconcile_with(&mut state, uid, exit != Exit::Dropped);
+    }
+
+    /// Asks every change task to stop (the operator is exiting).
+    pub(crate) fn stop_change_tasks(state: &State, reason: StopReason) {
+        let tasks =
+            (state.objects.values()).filter_map(|entry| entry.changes.as_ref()?.task.as_ref());
+        for task in tasks {
+            task.stop(reason);
+        }
+    }
+
+    /// Abandons the change tasks still running at the shutdown deadline: reported with the
+    /// handler they ran, and no longer counted as active.
+    pub(crate) fn abandon_change_tasks(self: &Arc<Self>, state: &mut State) {
+        let mut left = Vec::new();
+        for (uid, entry) in &mut state.objects {
+            let Some(own) = entry.changes.as_mut() else {
+                continue;
+            };
+            let Some(task) = own.task.take() else {
+                continue;
+            };
+            task.stop(StopReason::ABANDONED);
+            let index = own.run.as_ref().and_then(ChangeRun::running);
+            if let Some(run) = own.run.as_mut() {
+                run.stop();
+            }
+            if let Some(index) = index {
+                self.count_stop(index, &task, Exit::Abandoned);
+            }
+            left.push((Arc::clone(uid), entry.reference.clone(), index));
+        }
+        for (uid, object, index) in left {
+            if let Some(index) = index {
+                let spec = self.handlers[index].spec();
+                tracing::warn!(%object, handler = spec.id,
+                    "{} did not exit before the shutdown deadline; abandoning it", spec.kind.as_str());
+                state.record_exit(object, spec.id, spec.kind, Exit::Abandoned);
+            }
+            self.active.send_modify(|n| *n = n.saturating_sub(1));
+            self.reconcile(state, &uid);
+        }
+    }
+}
