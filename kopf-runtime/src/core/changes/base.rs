@@ -62,6 +62,7 @@ impl Stored {
         }
     }
 
+    /// The stored JSON: the value (wrapped if it looks like a marker), or `{"#": digest}`.
     fn to_json(&self) -> Value {
         match self {
             Self::Value(value) if needs_wrap(value) => wrap(value.clone()),
@@ -70,6 +71,7 @@ impl Stored {
         }
     }
 
+    /// Reads the stored JSON.
     fn from_json(value: &Value) -> Result<Self, DecodeError> {
         match value.as_object().filter(|map| map.len() == 1) {
             Some(map) if map.contains_key("#") => map
@@ -93,20 +95,22 @@ fn needs_wrap(value: &Value) -> bool {
         .is_some_and(|map| map.len() == 1 && (map.contains_key("#") || map.contains_key("=")))
 }
 
+/// `{"=": value}`.
 fn wrap(value: Value) -> Value {
     single("=", value)
 }
 
+/// An object with the one entry `key: value`.
 fn single(key: &str, value: Value) -> Value {
     let mut map = Map::new();
     map.insert(key.to_owned(), value);
     Value::Object(map)
 }
 
-/// 16 hex digits.
+/// The value of exactly 16 hex digits (no sign, unlike `from_str_radix` alone).
 pub(crate) fn parse_hex(text: &str) -> Option<u64> {
     let hex = text.len() == 16 && text.bytes().all(|b| b.is_ascii_hexdigit());
-    hex.then(|| u64::from_str_radix(text, 16).ok())?
+    hex.then(|| u64::from_str_radix(text, 16).ok()).flatten()
 }
 
 /// What differs between a base and an observed version.
@@ -383,14 +387,50 @@ mod tests {
         assert_eq!(parse_hex("00000000000000FF"), Some(255));
     }
 
-    proptest! {
-        #[test]
-        fn decoding_never_panics(text in "\\PC{0,64}", json in r#"[{}\[\]":,0-9a-f#=vdf .-]{0,64}"#) {
-            let _ = DiffBase::decode(&text);
-            let _ = DiffBase::decode(&json);
-            let _ = DiffBase::decode(&format!(r#"{{"v":1,"d":"0000000000000000","f":{json}}}"#));
-        }
+    /// The base is written by every create and by updates, which run the handlers their delta
+    /// selects: `field`-less ones on a change of the essence, `field=` ones on their field.
+    #[test]
+    fn creates_and_selected_updates_write_the_base() {
+        use super::super::machine::{ChangeRun, Step};
+        use super::super::tests::{base_of, body, seen, set, t};
+        use super::super::{ChangeKind, Outcome};
+        let set = set();
+        let (old, new, churn) = (body("x", 1), body("x", 2), body("y", 1));
+        let (observed, labels) = (seen(&set, &new), seen(&set, &churn));
+        let mut run = ChangeRun::start(ChangeKind::Create, &set, None, &observed, t(0));
+        assert!(matches!(
+            run.next(t(0), &|_| true),
+            Step::Run { index: 0, .. }
+        ));
+        assert_eq!(
+            run.complete(1, Outcome::Succeeded, t(1)),
+            None,
+            "not running"
+        );
+        let first = run.complete(0, Outcome::Succeeded, t(1)).unwrap();
+        assert!(matches!(first.progress, Some(Some(_))) && !first.writes_base());
+        run.next(t(1), &|_| true);
+        let last = run.complete(1, Outcome::Failed { message: "x" }, t(2));
+        let target = DiffBase::capture(&observed).encode();
+        let last = last.unwrap();
+        assert_eq!((last.progress, last.base), (Some(None), Some(target)));
+        assert!(run.is_finished() && run.running().is_none());
+        assert_eq!(run.next(t(3), &|_| true), Step::Finished(None));
+        let base = base_of(&set, &old);
+        let ids = |run: &ChangeRun| run.progress().handlers.keys().cloned().collect::<Vec<_>>();
+        let update = |seen| ChangeRun::start(ChangeKind::Update, &set, Some(&base), seen, t(0));
+        assert_eq!(ids(&update(&observed)), ["f", "u"]);
+        let mut run = update(&labels);
+        assert_eq!(ids(&run), ["u"]);
+        // Every handler skipped: the base is still written, once.
+        let Step::Finished(Some(write)) = run.next(t(0), &|_| false) else {
+            panic!("not finished");
+        };
+        assert_eq!(write.base, Some(DiffBase::capture(&labels).encode()));
+        assert_eq!(run.next(t(0), &|_| false), Step::Finished(None));
+    }
 
+    proptest! {
         #[test]
         fn bases_round_trip(digest: u64, size in any::<Option<i64>>(), big in any::<Option<String>>()) {
             let mut fields = BTreeMap::new();

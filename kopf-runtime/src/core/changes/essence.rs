@@ -137,7 +137,9 @@ fn kept(key: &str, own_prefix: &str) -> bool {
 /// A map's entries in sorted key order: as stored when already sorted (serde_json's `Map` is
 /// a `BTreeMap` in this workspace), else sorted into a vector of references.
 enum Entries<'a> {
+    /// Already sorted.
     InOrder(serde_json::map::Iter<'a>),
+    /// Sorted here.
     Sorted(std::vec::IntoIter<(&'a String, &'a Value)>),
 }
 
@@ -152,6 +154,7 @@ impl<'a> Iterator for Entries<'a> {
     }
 }
 
+/// The entries of `map` in sorted key order.
 fn entries(map: &Map<String, Value>) -> Entries<'_> {
     if map.keys().zip(map.keys().skip(1)).all(|(a, b)| a < b) {
         return Entries::InOrder(map.iter());
@@ -180,7 +183,9 @@ impl Serialize for Canon<'_> {
 
 /// An object's entries for which `keep` holds, in sorted order.
 struct Filtered<'a, F> {
+    /// The object.
     map: &'a Map<String, Value>,
+    /// Which keys are kept.
     keep: F,
 }
 
@@ -196,7 +201,9 @@ impl<F: Fn(&str) -> bool> Serialize for Filtered<'_, F> {
 
 /// The essence of an object body.
 struct View<'a> {
+    /// The body.
     body: &'a Map<String, Value>,
+    /// What the essence is made of.
     cfg: &'a EssenceCfg<'a>,
 }
 
@@ -241,8 +248,11 @@ fn is_empty(value: &Value) -> bool {
 
 /// The labels and the kept annotations.
 struct Meta<'a> {
+    /// `metadata.labels`, unless empty.
     labels: Option<&'a Value>,
+    /// `metadata.annotations`, unless none is kept.
     annotations: Option<&'a Map<String, Value>>,
+    /// The operator's annotation prefix.
     own: &'a str,
 }
 
@@ -263,11 +273,14 @@ impl Serialize for Meta<'_> {
 
 /// The watched fields under `status`, by path.
 struct Status<'a> {
+    /// The body.
     body: &'a Map<String, Value>,
+    /// The watched fields (those under `status` are taken).
     watched: &'a [FieldPath],
 }
 
 impl<'a> Status<'a> {
+    /// The present watched values under `status`, by path.
     fn fields(&self) -> impl Iterator<Item = (&'static str, &'a Value)> + '_ {
         let status = self.body.get("status");
         self.watched

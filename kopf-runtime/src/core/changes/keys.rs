@@ -223,10 +223,13 @@ mod tests {
     use proptest::prelude::*;
     use serde_json::json;
 
+    use super::super::Outcome;
+    use super::super::base::DiffBase;
     use super::super::machine::{ChangeRun, Step};
-    use super::super::progress::{Outcome, State, merge};
+    use super::super::progress::{Record, State, merge};
     use super::super::tests::{body, seen, set, t};
     use super::*;
+    use ChangeKind::{Create, Delete, Resume};
 
     #[test]
     fn messages_are_cut_to_200_bytes_of_json() {
@@ -273,41 +276,35 @@ mod tests {
         let body = json!({
             "metadata": {"annotations": {"kopf.dev/op.last-handled": "B"}},
             "spec": {"x": 1},
-            "status": {"make": {"ok": true, "n": 1}},
+            "status": {"make": {"ok": true, "n": 1}, "flat": 1},
         });
-        let same = ChangeWrite {
-            progress: Some(None),
-            base: Some("B".to_owned()),
-            result: Some(json!({"ok": true})),
-            user: Some(json!({"spec": {"x": 1, "gone": null}})),
+        let patch = |progress: Option<Option<&str>>, result, user| {
+            let base = Some("B".to_owned());
+            let progress = progress.map(|p| p.map(str::to_owned));
+            let write = ChangeWrite {
+                progress,
+                base,
+                result,
+                user,
+            };
+            write.into_patch(&keys(), "make", &body)
         };
-        assert_eq!(same.into_patch(&keys(), "make", &body), None);
+        let user = json!({"spec": {"x": 1, "gone": null}});
         assert_eq!(
-            ChangeWrite::default().into_patch(&keys(), "make", &body),
+            patch(Some(None), Some(json!({"ok": true})), Some(user)),
             None
         );
-        let partly = ChangeWrite {
-            progress: Some(Some("P".to_owned())),
-            base: Some("B".to_owned()),
-            result: Some(json!({"ok": false})),
-            user: Some(json!(["not", "an", "object"])),
-        };
+        let list = json!(["not", "an", "object"]);
         assert_eq!(
-            partly.into_patch(&keys(), "make", &body),
+            patch(Some(Some("P")), Some(json!({"ok": false})), Some(list)),
             Some(json!({
                 "metadata": {"annotations": {"kopf.dev/op.progress": "P"}},
                 "status": {"make": {"ok": false}},
             }))
         );
-        let replaced = ChangeWrite {
-            result: Some(json!({})),
-            user: Some(json!({"status": "flat", "spec": {}})),
-            ..ChangeWrite::default()
-        };
-        assert_eq!(
-            replaced.into_patch(&keys(), "make", &json!({"status": "flat"})),
-            Some(json!({"status": {"make": {}}, "spec": {}}))
-        );
+        let user = json!({"status": {"flat": {}}});
+        let flat = json!({"status": {"flat": {}}}); // `{}` merged into `make` changes nothing
+        assert_eq!(patch(None, Some(json!({})), Some(user)), Some(flat));
     }
 
     #[test]
@@ -356,13 +353,27 @@ mod tests {
     }
 
     proptest! {
-        /// The invariants of §4.4 over random runs of a create change with three handlers, its
+        /// Reading never panics, whatever the annotation holds.
+        #[test]
+        fn decoding_never_panics(text in "\\PC{0,80}", json in r#"[{}\[\]":,0-9a-z#=TZ .-]{0,80}"#) {
+            let ok = r#"{"c":"create","h":{"a":{"n":1,"st":"done"},"b":{}},"s":"2026-01-01T00:00:00Z","t":{"d":"0000000000000001","f":{"spec.size":1}},"v":1}"#;
+            prop_assert!(Progress::decode(ok).is_ok());
+            for text in [text.clone(), json.clone(), format!("{}{json}", &ok[..ok.len() / 2])] {
+                let _ = (Progress::decode(&text), DiffBase::decode(&text));
+            }
+            for hole in ["{}", "1", "done", "spec.size", "2026-01-01T00:00:00Z"] {
+                let _ = Progress::decode(&ok.replacen(hole, &json, 1));
+            }
+            let _ = DiffBase::decode(&format!(r#"{{"v":1,"d":"0000000000000000","f":{json}}}"#));
+        }
+
+        /// The invariants of §4.4 over random runs of a create change with two handlers, its
         /// writes persisted as they come, reloads from them and merges of stale copies.
         #[test]
         fn the_writes_of_random_runs_keep_the_invariants(ops in prop::collection::vec(arb_op(), 1..60)) {
             let (set, new) = (set(), body("x", 1));
             let observed = seen(&set, &new);
-            let mut run = ChangeRun::start(ChangeKind::Create, &set, None, &observed, t(0));
+            let mut run = ChangeRun::start(Create, &set, None, &observed, t(0));
             let (mut now, mut stored, mut first) = (t(0), None::<Progress>, None::<Progress>);
             let mut done = BTreeSet::new();
             for op in ops {
@@ -402,7 +413,7 @@ mod tests {
                     Op::Reload => {
                         run = match &stored {
                             Some(stored) => ChangeRun::resume(stored.clone(), &set),
-                            None => ChangeRun::start(ChangeKind::Create, &set, None, &observed, now),
+                            None => ChangeRun::start(Create, &set, None, &observed, now),
                         };
                     }
                     Op::Absorb => {
@@ -421,22 +432,59 @@ mod tests {
     }
 
     #[test]
-    fn each_step_writes_what_its_kind_keeps() {
+    fn deletes_keep_their_final_progress_and_resumes_persist_nothing() {
         let set = set();
         let new = body("x", 1);
-        let run = ChangeRun::start(ChangeKind::Update, &set, None, &seen(&set, &new), t(0));
-        let mut progress = run.progress().clone();
-        let encoded = Some(Some(progress.encode()));
-        assert_eq!(ChangeWrite::step(&progress, false).progress, encoded);
-        let last = ChangeWrite::step(&progress, true);
-        assert_eq!(last.base, Some(progress.target.encode()));
-        assert_eq!(last.progress, Some(None));
-        progress.cause = ChangeKind::Delete;
-        assert_eq!(
-            ChangeWrite::step(&progress, true).progress,
-            Some(Some(progress.encode()))
+        let observed = seen(&set, &new);
+        let mut run = ChangeRun::start(Delete, &set, None, &observed, t(0));
+        assert!(run.holds_finalizer());
+        run.next(t(0), &|i| i == 4);
+        run.complete(4, Outcome::Succeeded, t(1)).unwrap();
+        // The optional delete handler `o` is skipped: the change is over with that write.
+        let Step::Finished(Some(last)) = run.next(t(1), &|i| i == 4) else {
+            panic!("not finished");
+        };
+        let kept = Progress::decode(&last.progress.unwrap().unwrap()).unwrap();
+        assert!(kept.is_finished() && kept.handlers["o"].state == State::Skipped);
+        assert!(!run.holds_finalizer() && last.base.is_none());
+        let mut run = ChangeRun::start(Resume, &set, None, &observed, t(0));
+        run.next(t(0), &|_| true);
+        let write = run.complete(6, Outcome::Ignored, t(1));
+        assert_eq!(write, Some(ChangeWrite::default()));
+        assert_eq!(run.next(t(1), &|_| true), Step::Finished(None));
+    }
+
+    #[test]
+    fn stored_changes_resume_and_conflicts_merge() {
+        let set = set();
+        let new = body("x", 1);
+        let mut run = ChangeRun::start(Create, &set, None, &seen(&set, &new), t(0));
+        run.next(t(0), &|_| true);
+        let write = run.complete(0, Outcome::Succeeded, t(1)).unwrap();
+        let mut stored = Progress::decode(&write.progress.unwrap().unwrap()).unwrap();
+        stored.handlers.insert("gone".to_owned(), Record::PENDING);
+        let mut again = ChangeRun::resume(stored.clone(), &set);
+        assert!(!again.progress().handlers.contains_key("gone"));
+        assert!(matches!(
+            again.next(t(2), &|_| true),
+            Step::Run { index: 1, .. }
+        ));
+        // Another replica finished b meanwhile: absorbed; a delete wins over this change.
+        stored.handlers.get_mut("b").unwrap().state = State::Done;
+        assert!(again.absorb(&stored));
+        assert_eq!(again.progress().handlers["b"].state, State::Done);
+        let write = again
+            .complete(1, Outcome::Failed { message: "late" }, t(3))
+            .unwrap();
+        assert!(
+            write.writes_base(),
+            "done stays done, and the change is over"
         );
-        progress.cause = ChangeKind::Resume;
-        assert_eq!(ChangeWrite::step(&progress, true), ChangeWrite::default());
+        let mut fresh = ChangeRun::start(Create, &set, None, &seen(&set, &new), t(0));
+        let delete = Progress {
+            cause: Delete,
+            ..fresh.progress().clone()
+        };
+        assert!(!fresh.absorb(&delete));
     }
 }

@@ -16,8 +16,8 @@
 //! | 7 | anything else | `Nothing` |
 //!
 //! An update selects the `field`-less handlers when the essence's digest differs, and each
-//! `field=` handler whose field differs. The caller clears its first-sight flag when a create
-//! or resume starts.
+//! `field=` one whose field differs. The caller clears first sight when a create or resume
+//! starts.
 //!
 //! **Per handler**, strictly in the defined order (a waiting handler blocks the later ones):
 //!
@@ -46,16 +46,13 @@
 //! | Waiting | stop | unchanged (`at` is persisted) | none |
 //! | Done / Failed / Skipped | — | terminal | — |
 //!
-//! The rows "its turn" are [`ChangeRun::next`]'s, the rows "Running" are
-//! [`Record::after`]'s (tested there), and [`ChangeWrite::step`] is the write.
-//! When every handler is terminal the change is over: a create or update writes its target as
-//! the new base and removes the progress; a delete keeps its final progress; a resume writes
-//! nothing of its own (its progress is never persisted).
+//! [`ChangeRun::next`] makes the rows "its turn", [`Record::after`] the rows "Running", and
+//! [`ChangeWrite::step`] the writes. Once every handler is terminal, a create or update writes
+//! its target as the new base and removes the progress; a delete keeps its final progress; a
+//! resume writes nothing of its own (its progress is never persisted).
 //!
-//! **Finalizer.** The supervisor holds it while a non-optional delete handler matches a live
-//! version, or while deleting with the finalizer on and a delete change due or unfinished
-//! ([`ChangeRun::holds_finalizer`]: all its handlers, optional ones too, finish first), or
-//! while the change task runs and it was held anyway.
+//! **Finalizer**: held while a required delete handler matches a live version, or a delete
+//! change is due or unfinished ([`ChangeRun::holds_finalizer`]), or the task runs and held it.
 
 use jiff::Timestamp;
 
@@ -99,7 +96,8 @@ pub(crate) enum Detected {
     Start(ChangeKind),
 }
 
-/// The cause table (see the module docs).
+/// The cause table (see the module docs). While deleting, a create, update or resume in flight
+/// is superseded whatever the result: the caller stops it.
 #[must_use]
 pub(crate) fn detect(i: &Inputs<'_>) -> Detected {
     use ChangeKind::{Create, Delete, Resume, Update};
@@ -219,6 +217,7 @@ impl ChangeRun {
         Self::with(progress, members)
     }
 
+    /// A run of `members` with these records, before its first step.
     fn with(progress: Progress, members: Vec<ChangeHandler>) -> Self {
         let (running, unsaved, finished) = (None, false, false);
         Self {
@@ -230,13 +229,7 @@ impl ChangeRun {
         }
     }
 
-    /// The change's cause.
-    #[must_use]
-    pub(crate) fn cause(&self) -> ChangeKind {
-        self.progress.cause
-    }
-
-    /// The records (in memory: authoritative).
+    /// The records and the cause (in memory: authoritative).
     #[must_use]
     pub(crate) fn progress(&self) -> &Progress {
         &self.progress
@@ -256,10 +249,11 @@ impl ChangeRun {
         self.finished
     }
 
-    /// Whether this change keeps the finalizer on: a delete not finished yet.
+    /// Whether this change keeps the finalizer on: a delete not finished yet (all its
+    /// handlers, optional ones too, finish before the finalizer goes).
     #[must_use]
     pub(crate) fn holds_finalizer(&self) -> bool {
-        self.cause() == ChangeKind::Delete && !self.finished
+        self.progress.cause == ChangeKind::Delete && !self.finished
     }
 
     /// The next step at `now`; `matched(index)`: whether the handler's filters match the
@@ -289,9 +283,8 @@ impl ChangeRun {
             {
                 return Step::Wait { index, at };
             }
-            let started = *record.started.get_or_insert(now);
+            let (started, retries) = (*record.started.get_or_insert(now), record.retries);
             self.running = Some(pos);
-            let retries = record.retries;
             return Step::Run {
                 index,
                 retries,
@@ -299,7 +292,7 @@ impl ChangeRun {
             };
         }
         self.finished = true;
-        let write = match self.cause() {
+        let write = match self.progress.cause {
             ChangeKind::Create | ChangeKind::Update => true,
             ChangeKind::Delete => self.unsaved,
             ChangeKind::Resume => false,
@@ -358,16 +351,13 @@ mod tests {
     use ChangeKind::{Create, Delete, Resume, Update};
 
     fn progress(cause: ChangeKind, state: State) -> Progress {
-        let record = Record {
-            state,
-            ..Record::PENDING
-        };
-        Progress {
-            cause,
-            target: base_of(&set(), &body("x", 1)),
-            started: t(0),
-            handlers: [("d".to_owned(), record)].into_iter().collect(),
-        }
+        let (set, body) = (set(), body("x", 1));
+        let mut run = ChangeRun::start(cause, &set, None, &seen(&set, &body), t(0));
+        run.progress
+            .handlers
+            .values_mut()
+            .for_each(|r| r.state = state);
+        run.progress
     }
 
     #[test]

@@ -23,7 +23,7 @@
 //!             └─ Finished(write?) ── persist; create/update: the target is the new base
 //! ```
 //!
-//! - [`keys`]: the two annotations per object and operator.
+//! - [`keys`]: the two annotations, their format, and what one step writes.
 //! - [`essence`]: what counts as a change, and its stable digest.
 //! - [`base`]: the diff base (`last-handled`): the digest plus the watched fields, bounded.
 //! - [`progress`]: a change in flight (`progress`), its bounded encoding and its merge.
@@ -39,6 +39,7 @@ pub(crate) mod machine;
 pub(crate) mod progress;
 
 use crate::core::spec::{HandlerKind, HandlerSpec, SourceLocation};
+use essence::json_str_len;
 
 /// The four kinds of change handler, which are also the causes of a change (a change runs the
 /// handlers of its cause's kind).
@@ -55,6 +56,9 @@ pub(crate) enum ChangeKind {
 }
 
 impl ChangeKind {
+    /// Every kind.
+    pub(crate) const ALL: [Self; 4] = [Self::Create, Self::Update, Self::Delete, Self::Resume];
+
     /// The name in the persisted progress and in logs: `"create"`, `"update"`, ….
     #[must_use]
     pub(crate) const fn as_str(self) -> &'static str {
@@ -69,9 +73,7 @@ impl ChangeKind {
     /// The kind named `name` (the inverse of [`Self::as_str`]).
     #[must_use]
     pub(crate) fn parse(name: &str) -> Option<Self> {
-        [Self::Create, Self::Update, Self::Delete, Self::Resume]
-            .into_iter()
-            .find(|kind| kind.as_str() == name)
+        Self::ALL.into_iter().find(|kind| kind.as_str() == name)
     }
 }
 
@@ -188,6 +190,22 @@ pub(crate) fn check_watches(handlers: &[ChangeHandler]) -> Result<(), BuildError
     Ok(())
 }
 
+/// The longest timestamp `jiff` prints (`-009999-01-02T01:59:59.999999999Z`).
+const TIME_MAX: usize = 33;
+/// The longest record, apart from its message:
+/// `{"at":"<time>","n":4294967295,"s":"<time>","st":"failed"}`.
+const RECORD_MAX: usize = 45 + 2 * TIME_MAX;
+/// The longest progress apart from its target and records:
+/// `{"c":"create","h":{},"s":"<time>","t":,"v":1}`.
+const FRAME_MAX: usize = 39 + TIME_MAX;
+
+/// The most bytes a progress with the handlers `ids` can take besides its target,
+/// without messages (which are only added while they fit).
+pub(crate) fn worst_case<'a>(ids: impl Iterator<Item = &'a str>) -> usize {
+    let records: usize = ids.map(|id| json_str_len(id) + 1 + RECORD_MAX + 1).sum();
+    FRAME_MAX + records
+}
+
 /// Where a hand-built handler (`HandlerSpec::new`) is "defined": such handlers come last.
 const UNKNOWN: SourceLocation = HandlerSpec::new("", HandlerKind::Daemon).location;
 
@@ -213,7 +231,7 @@ impl ChangeHandlers {
         });
         for kind in [ChangeKind::Create, ChangeKind::Update, ChangeKind::Delete] {
             let ids = handlers.iter().filter(|h| h.kind == kind).map(|h| h.id);
-            let bytes = progress::worst_case(ids);
+            let bytes = worst_case(ids);
             if bytes > progress::PROGRESS_CAP {
                 let limit = progress::PROGRESS_CAP;
                 return Err(BuildError::ProgressTooLarge { kind, bytes, limit });
@@ -272,6 +290,7 @@ mod tests {
 
     use super::base::DiffBase;
     use super::essence::{EssenceCfg, Observed, observe};
+    use super::progress::{PROGRESS_CAP, Progress, Record, State};
     use super::*;
 
     /// A wall-clock time, `second`s after a fixed instant.
@@ -343,12 +362,7 @@ mod tests {
 
     #[test]
     fn kinds_have_stable_names() {
-        for kind in [
-            ChangeKind::Create,
-            ChangeKind::Update,
-            ChangeKind::Delete,
-            ChangeKind::Resume,
-        ] {
+        for kind in ChangeKind::ALL {
             assert_eq!(ChangeKind::parse(kind.as_str()), Some(kind));
             assert_eq!(kind.to_string(), kind.as_str());
         }
@@ -432,27 +446,53 @@ mod tests {
     }
 
     #[test]
-    fn too_many_handlers_for_one_change_are_rejected() {
-        let ids: Vec<&'static str> = (0..60)
-            .map(|i| &*Box::leak(format!("{i:0>200}").into_boxed_str()))
+    fn the_worst_case_bounds_the_progress_and_rejects_too_many() {
+        // 56 handlers with 28-character ids fit; 57 do not.
+        let ids: Vec<&'static str> = (0..57)
+            .map(|i| &*Box::leak(format!("handler-{i:0>20}").into_boxed_str()))
             .collect();
-        let many: Vec<_> = ids
+        let many = ids
             .iter()
             .enumerate()
-            .map(|(i, id)| handler(i, id, ChangeKind::Delete))
-            .collect();
-        let err = ChangeHandlers::new(many).unwrap_err();
-        assert!(matches!(
-            err,
-            BuildError::ProgressTooLarge {
-                kind: ChangeKind::Delete,
-                ..
-            }
-        ));
+            .map(|(i, id)| handler(i, id, ChangeKind::Delete));
+        let err = ChangeHandlers::new(many.collect()).unwrap_err();
+        assert!(matches!(err, BuildError::ProgressTooLarge { bytes, .. } if bytes > PROGRESS_CAP));
         assert!(err.to_string().contains("delete handlers"));
-        let few: Vec<_> = (0..20)
-            .map(|i| handler(i, ids[i], ChangeKind::Delete))
-            .collect();
-        assert!(ChangeHandlers::new(few).is_ok());
+        let few = ids[..56]
+            .iter()
+            .enumerate()
+            .map(|(i, id)| handler(i, id, ChangeKind::Delete));
+        assert!(ChangeHandlers::new(few.collect()).is_ok());
+        // The worst case, encoded: the longest time, every record waiting, long messages.
+        let nanos = jiff::SignedDuration::new(0, 999_999_999);
+        let at = Timestamp::MIN.saturating_add(nanos).unwrap();
+        assert_eq!(at.to_string().len(), TIME_MAX, "the longest time");
+        assert!(Timestamp::MAX.to_string().len() <= TIME_MAX);
+        let heavy = Record {
+            state: State::Waiting { at },
+            retries: u32::MAX,
+            started: Some(at),
+            message: Some("\"".repeat(keys::MESSAGE_CAP)),
+        };
+        let mut progress = Progress {
+            cause: ChangeKind::Create,
+            target: base_of(&set(), &body("x", 1)),
+            started: at,
+            handlers: ids[..56]
+                .iter()
+                .map(|id| ((*id).to_owned(), heavy.clone()))
+                .collect(),
+        };
+        let (text, target) = (progress.encode(), progress.target.to_json().to_string());
+        assert!(text.len() - target.len() <= PROGRESS_CAP, "{}", text.len());
+        let decoded = Progress::decode(&text).unwrap();
+        let kept = decoded.handlers.values().filter(|r| r.message.is_some());
+        assert_eq!(kept.count(), 1, "room for one message only");
+        progress
+            .handlers
+            .values_mut()
+            .for_each(|r| r.message = None);
+        let worst = worst_case(ids[..56].iter().copied());
+        assert!(progress.encode().len() - target.len() <= worst);
     }
 }

@@ -125,7 +125,7 @@ impl ChangeTask {
             return Next::Exit(Exit::Done);
         };
         let step = run.next(now, &|index| slots[index].matched);
-        let cause = run.cause();
+        let cause = run.progress().cause;
         match step {
             Step::Run {
                 index,
@@ -222,8 +222,8 @@ impl ChangeTask {
         let Some(run) = &changes.run else {
             return;
         };
-        if run.cause() != ChangeKind::Delete {
-            if run.cause() != ChangeKind::Resume {
+        if run.progress().cause != ChangeKind::Delete {
+            if run.progress().cause != ChangeKind::Resume {
                 changes.base = Some(run.progress().target.clone());
             }
             changes.old = Some(live);

@@ -195,7 +195,7 @@ impl ObjectChanges {
             self.reload = false;
         }
         if let Some(run) = &self.run {
-            if facts.deleting && run.cause() != ChangeKind::Delete {
+            if facts.deleting && run.progress().cause != ChangeKind::Delete {
                 self.run = None; // superseded by the deletion
             } else if !run.is_finished() {
                 return true;
@@ -232,7 +232,7 @@ impl ObjectChanges {
     pub(crate) fn stop_reason(&self, facts: &Facts<'_>, gone: bool, paused: bool) -> StopReason {
         let mut reason = StopReason::empty();
         let superseded = facts.deleting
-            && (self.run.as_ref()).is_some_and(|run| run.cause() != ChangeKind::Delete);
+            && (self.run.as_ref()).is_some_and(|run| run.progress().cause != ChangeKind::Delete);
         if gone || superseded {
             reason |= StopReason::RESOURCE_DELETED;
         }
@@ -245,7 +245,8 @@ impl ObjectChanges {
     /// Whether the object's changes keep the finalizer on: a required delete handler matches a
     /// live object, or a delete change is due or unfinished.
     pub(crate) fn holds(&self, facts: &Facts<'_>) -> bool {
-        let delete_run = (self.run.as_ref()).filter(|run| run.cause() == ChangeKind::Delete);
+        let delete_run =
+            (self.run.as_ref()).filter(|run| run.progress().cause == ChangeKind::Delete);
         if self.task.is_some() && delete_run.is_some() {
             return true;
         }
@@ -334,6 +335,14 @@ impl<'a> Facts<'a> {
             delete_matches: delete_matches && deleting,
         }
     }
+}
+
+/// Checks that a kind's change handlers can run together (see [`Changes::build`]).
+///
+/// # Errors
+/// Why they cannot.
+pub(crate) fn check(handlers: &[Arc<dyn ErasedHandler>]) -> Result<(), BuildError> {
+    Changes::build(handlers, "", "").map(drop)
 }
 
 impl SupervisorCore {

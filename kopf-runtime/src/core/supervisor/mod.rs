@@ -13,6 +13,7 @@ mod blocking;
 pub(crate) mod census;
 mod change_task;
 mod changes;
+pub(crate) use changes::check as check_change_handlers;
 mod config;
 mod cron;
 mod daemon;
