@@ -123,6 +123,7 @@ pub(crate) struct Delta {
 }
 
 impl Delta {
+    #[cfg(test)]
     /// Whether nothing differs.
     #[must_use]
     pub(crate) fn is_empty(&self) -> bool {

@@ -42,6 +42,7 @@ pub(crate) struct Observed<'b> {
     pub(crate) fields: BTreeMap<&'static str, Option<&'b Value>>,
 }
 
+#[cfg(test)]
 /// The digest of the essence of `body` and its watched fields.
 #[must_use]
 pub(crate) fn observe<'b>(body: &'b Value, cfg: &EssenceCfg<'_>) -> Observed<'b> {

@@ -137,6 +137,7 @@ impl ChangeWrite {
         }
     }
 
+    #[cfg(test)]
     /// Whether the step writes the diff base (the change is over).
     #[must_use]
     pub(crate) fn writes_base(&self) -> bool {

@@ -1,10 +1,3 @@
-#![cfg_attr(
-    not(test),
-    expect(
-        dead_code,
-        reason = "the supervisor runs change handlers through this module from the integration step on"
-    )
-)]
 //! Change handlers (`on_create`, `on_update`, `on_delete`, `on_resume`): the pure core, with no
 //! clock, no I/O and no Kubernetes. The supervisor feeds it observed versions and the outcomes
 //! of invocations, and persists the writes it returns.
@@ -270,6 +263,7 @@ impl ChangeHandlers {
         self.of(kind).next().is_some()
     }
 
+    #[cfg(test)]
     /// Whether there is an `on_update` without `field` (it runs on any change of the essence).
     #[must_use]
     pub(crate) fn has_plain_update(&self) -> bool {

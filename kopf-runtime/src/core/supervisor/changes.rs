@@ -113,9 +113,9 @@ impl Changes {
         Observed { digest, fields }
     }
 
-    /// Whether handler `index` is a change handler of `kind`.
-    fn is(&self, index: usize, kind: ChangeKind) -> bool {
-        (self.handlers.all().iter()).any(|h| h.index == index && h.kind == kind)
+    /// The change handler `index`, if it is one of `kind`.
+    fn of(&self, index: usize, kind: ChangeKind) -> Option<&ChangeHandler> {
+        (self.handlers.all().iter()).find(|h| h.index == index && h.kind == kind)
     }
 }
 
@@ -160,7 +160,7 @@ impl ObjectChanges {
     fn load(&mut self, changes: &Changes, object: &ObjectState, now: Timestamp) {
         let keys = &changes.keys;
         let reference = object.reference();
-        self.base = object.annotation(&keys.base).and_then(|text| {
+        let stored_base = object.annotation(&keys.base).and_then(|text| {
             DiffBase::decode(text)
                 .inspect_err(|err| {
                     tracing::warn!(object = %reference, annotation = %keys.base,
@@ -168,6 +168,8 @@ impl ObjectChanges {
                 })
                 .ok()
         });
+        // None stored: this process's own write may not have been seen yet.
+        self.base = stored_base.or(self.base.take());
         let stored = object.annotation(&keys.progress).and_then(|text| {
             Progress::decode(text)
                 .inspect_err(|err| {
@@ -176,7 +178,7 @@ impl ObjectChanges {
                 })
                 .ok()
         });
-        self.run = stored.map(|progress| {
+        let resume = |progress: Progress| {
             let finished = progress.is_finished();
             let mut run = ChangeRun::resume(progress, &changes.handlers);
             if finished {
@@ -184,7 +186,23 @@ impl ObjectChanges {
                 let _settled = run.next(now, &|_| true);
             }
             run
-        });
+        };
+        // What this process knows may be newer than the version looked at (its own writes not
+        // seen yet), or older (another replica went on meanwhile): the records are merged, and
+        // a record only moves forward.
+        self.run = match (self.run.take(), stored) {
+            (Some(mut run), Some(stored)) => Some(if run.absorb(&stored) {
+                run
+            } else {
+                resume(stored)
+            }),
+            (Some(run), None) => {
+                let target = run.progress().target.digest;
+                let done_elsewhere = self.base.as_ref().is_some_and(|b| b.digest == target);
+                (!done_elsewhere).then_some(run)
+            }
+            (None, stored) => stored.map(resume),
+        };
         self.from.clone_from(&self.base);
     }
 
@@ -311,7 +329,7 @@ impl<'a> Facts<'a> {
     ) -> Self {
         let deleting = entry.deleting || entry.gone;
         let matched = |index: usize| entry.slots[index].matched;
-        let delete = |index: usize| changes.is(index, ChangeKind::Delete);
+        let delete = |index: usize| changes.of(index, ChangeKind::Delete);
         let mut delete_needed = false;
         let mut delete_matches = false;
         let mut finalizer_needed = false;
@@ -319,12 +337,11 @@ impl<'a> Facts<'a> {
             if !matched(index) {
                 continue;
             }
-            let holds = handler.spec().finalizer;
-            if delete(index) {
+            if let Some(handler) = delete(index) {
                 delete_matches = true;
-                delete_needed |= holds && !deleting;
+                delete_needed |= !handler.optional && !deleting;
             }
-            finalizer_needed |= holds && !deleting;
+            finalizer_needed |= handler.spec().finalizer && !deleting;
         }
         Self {
             object,
