@@ -53,7 +53,8 @@ use crate::core::stop::Stopper;
     note = "handler parameters are injected by type; injectable are: `Arc<{K}>` (the object), \
             `Live<{K}>` (the latest object), `Stopper`, `Patch`, `kube::Client`, `ObjectRef`, \
             `tracing::Span` (the per-object logger), `Retry`, `Started`, `Runtime`, `Events`, \
-            `Memo<T>` (per-object state), and `Data<T>` (shared state inserted into the operator)"
+            `Memo<T>` (per-object state), `Data<T>` (shared state inserted into the operator), \
+            and in `#[on_update]` handlers `Old<{K}>`, `Diff` and `FieldChange<T>`"
 )]
 pub trait Inject<K>: Sized {
     /// Builds the parameter for this invocation.
