@@ -149,10 +149,10 @@ pub enum Missed {
 ///
 /// ```
 /// use kopf_runtime::engine::{ChangeOptions, WatchedField};
-/// const OPTIONS: ChangeOptions = ChangeOptions {
-///     field: Some(WatchedField { path: "spec.size", segments: &["spec", "size"] }),
-/// };
+/// const OPTIONS: ChangeOptions =
+///     ChangeOptions::watching(WatchedField { path: "spec.size", segments: &["spec", "size"] });
 /// assert_eq!(OPTIONS.field.map(|f| f.path), Some("spec.size"));
+/// assert!(ChangeOptions::NONE.field.is_none());
 /// ```
 #[derive(Debug, Clone, Copy, Default)]
 #[non_exhaustive]

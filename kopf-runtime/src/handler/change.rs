@@ -14,7 +14,6 @@ use crate::core::outcome::HandlerError;
 /// and the watched fields, not the object).
 ///
 /// ```
-/// use std::sync::Arc;
 /// use k8s_openapi::api::core::v1::ConfigMap;
 /// use kopf_runtime::Old;
 ///

@@ -23,7 +23,7 @@ use serde_json::{Map, Value};
 
 use super::ChangeHandler;
 use super::essence::{self, Observed};
-use super::keys::{DecodeError, VERSION, parse};
+use super::format::{DecodeError, VERSION, parse};
 
 /// The largest watched value stored as is (its compact JSON, in bytes).
 pub(crate) const FIELD_CAP: usize = 16 * 1024;

@@ -58,8 +58,8 @@ use jiff::Timestamp;
 
 use super::base::DiffBase;
 use super::essence::Observed;
-use super::keys::ChangeWrite;
 use super::progress::{Progress, Record, State, merge};
+use super::write::ChangeWrite;
 use super::{ChangeHandler, ChangeHandlers, ChangeKind, Outcome};
 
 /// What [`detect`] knows of one observed version and of the object's stored state.

@@ -27,9 +27,11 @@
 
 pub(crate) mod base;
 pub(crate) mod essence;
+pub(crate) mod format;
 pub(crate) mod keys;
 pub(crate) mod machine;
 pub(crate) mod progress;
+pub(crate) mod write;
 
 use crate::core::spec::{HandlerKind, HandlerSpec, SourceLocation};
 use essence::json_str_len;
@@ -466,7 +468,7 @@ mod tests {
             state: State::Waiting { at },
             retries: u32::MAX,
             started: Some(at),
-            message: Some("\"".repeat(keys::MESSAGE_CAP)),
+            message: Some("\"".repeat(format::MESSAGE_CAP)),
         };
         let mut progress = Progress {
             cause: ChangeKind::Create,

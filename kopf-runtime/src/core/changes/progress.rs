@@ -10,7 +10,7 @@
 //! - `st` ∈ `done`, `failed`, `skip`, `wait`; absent: pending. `n`: attempts made (absent: 0).
 //!   `s`: the first attempt of a waiting handler (`retry_timeout` counts from it). `at`: its
 //!   next attempt. `m`: the last error of a waiting or failed handler, at most
-//!   [`MESSAGE_CAP`](super::keys::MESSAGE_CAP) bytes of JSON.
+//!   [`MESSAGE_CAP`](super::format::MESSAGE_CAP) bytes of JSON.
 //! - Everything but the target takes at most [`PROGRESS_CAP`] bytes: a kind whose worst case
 //!   is larger is refused ([`super::worst_case`]); messages that do not fit are left out.
 //!
@@ -27,7 +27,7 @@ use serde_json::{Map, Value};
 
 use super::base::DiffBase;
 use super::essence::json_str_len;
-use super::keys::{DecodeError, VERSION, parse, time, truncate_message};
+use super::format::{DecodeError, VERSION, parse, time, truncate_message};
 use super::{ChangeKind, Outcome};
 
 /// The most bytes of the progress annotation besides the target.

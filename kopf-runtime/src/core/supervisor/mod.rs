@@ -11,6 +11,7 @@
 
 mod blocking;
 pub(crate) mod census;
+mod change_state;
 mod change_task;
 mod changes;
 pub(crate) use changes::check as check_change_handlers;
@@ -19,6 +20,7 @@ mod cron;
 mod daemon;
 mod essence;
 mod exit;
+mod instance;
 mod invoke;
 mod ladder;
 mod lifecycle;
@@ -165,7 +167,7 @@ impl Supervisor {
             spec.kind == HandlerKind::Timer && spec.schedule.idle.is_some()
         });
         let changes =
-            changes::Changes::build(&handlers, &config.annotation_prefix, &config.finalizer)
+            change_state::Changes::build(&handlers, &config.annotation_prefix, &config.finalizer)
                 .unwrap_or_else(|err| {
                     tracing::error!("the change handlers cannot run: {err}");
                     None
