@@ -77,6 +77,11 @@ async fn a_one_mebibyte_object_keeps_a_diff_base_of_a_few_bytes() -> anyhow::Res
     api.create(&PostParams::default(), &big).await?;
     journal.wait_for("big", "created", 1).await;
     wait_status(&api, "big", "scale-create", serde_json::json!(1024)).await;
+    // The result is written first, the diff base right after it.
+    kopf_tests::wait_until("the diff base to be stored", PROMPTLY, || async {
+        annotation(&api, "big", BASE).await.is_some()
+    })
+    .await;
     let base = annotation(&api, "big", BASE)
         .await
         .expect("the diff base is stored");

@@ -482,6 +482,11 @@ async fn wait_stored(api: &Api<KopfExample>, names: &[String], value: &str) {
     }
 }
 
+/// Whether our finalizer is on `obj`.
+fn finalized(obj: &KopfExample) -> bool {
+    obj.finalizers().iter().any(|f| f == FINALIZER)
+}
+
 /// Prints the reruns of a scenario (shown with `--nocapture`).
 fn report(scenario: &str, changes: &ChangeLog) {
     for (handler, (reruns, cancelled)) in changes.reruns() {
@@ -499,7 +504,7 @@ async fn refused_writes_delay_the_changes_but_lose_none() -> anyhow::Result<()> 
     let (ns, api) = example_namespace().await?;
     let proxy = start_proxy().await?;
     let (instances, changes) = (InstanceLog::default(), ChangeLog::default());
-    let op = start(&proxy, &ns, &instances, &changes).await?;
+    let mut op = start(&proxy, &ns, &instances, &changes).await?;
     let handle = proxy.handle();
 
     // Creates: the finalizer writes are refused (409, 422, then 503 until each object's
@@ -524,29 +529,61 @@ async fn refused_writes_delay_the_changes_but_lose_none() -> anyhow::Result<()> 
     handle.remove(throttle);
     wait_stored(&api, &names, INITIAL).await;
 
-    // v1: the updates' writes fail with 500 until each object's was refused (then retried).
+    // v1: the updates' writes are refused (409 twice, then 500) until each object's was;
+    // they are retried and land.
     let since = Instant::now();
-    let errors = handle.inject(Rule::new(writes(), Fault::internal_error()));
+    let errors = [
+        handle.inject(Rule::new(writes(), Fault::conflict()).times(2)),
+        handle.inject(Rule::new(writes(), Fault::internal_error())),
+    ];
     update_all(&api, &names, "v1").await?;
     changes.wait_completed(&names, UPDATE, Some("v1")).await;
     wait_refused(&proxy, since, &names).await;
-    handle.remove(errors);
+    for id in errors {
+        handle.remove(id);
+    }
     wait_stored(&api, &names, "v1").await;
 
-    // v2: a conflict, then 422 (not retried) until each object's write was refused: lost.
+    // v2: the updates' writes are rejected with 422, which is not retried: they are lost.
     let since = Instant::now();
-    let rejections = [
-        handle.inject(Rule::new(writes(), Fault::conflict()).times(2)),
-        handle.inject(Rule::new(writes(), Fault::failed_test_guard())),
-    ];
+    let rejections = handle.inject(Rule::new(writes(), Fault::failed_test_guard()));
     update_all(&api, &names, "v2").await?;
     changes.wait_completed(&names, UPDATE, Some("v2")).await;
     wait_refused(&proxy, since, &names).await;
-    for id in rejections {
-        handle.remove(id);
+    handle.remove(rejections);
+    let found = stored(&api, &names).await?;
+    eprintln!(
+        "refused writes: stored after the rejected v2 writes (name, base, progress): {found:?}"
+    );
+    let lost: Vec<String> = (found.iter())
+        .filter(|(_, base, _)| base.as_deref() != Some("v2"))
+        .map(|(name, _, _)| name.clone())
+        .collect();
+    assert!(!lost.is_empty(), "positive control: no v2 write was lost");
+
+    // A restart: what was stored is not run again; the update to v2, whose write was lost, is
+    // (once), from the stored base.
+    op.shutdown().await;
+    op = start(&proxy, &ns, &instances, &changes).await?;
+    let what = format!("the lost updates of {lost:?} to v2 run again");
+    wait_until(what, PROMPTLY, || async {
+        (lost.iter()).all(|name| changes.completed(name, UPDATE, Some("v2")) >= 2)
+    })
+    .await;
+    wait_stored(&api, &names, "v2").await;
+    for name in &names {
+        let history = changes.history(name);
+        let again = usize::from(lost.contains(name));
+        assert_eq!(
+            changes.started(name, CREATE, None),
+            1,
+            "{name}: {history:?}"
+        );
+        let v1 = changes.started(name, UPDATE, Some("v1"));
+        assert_eq!(v1, 1, "{name}: {history:?}");
+        let v2 = changes.started(name, UPDATE, Some("v2"));
+        assert_eq!(v2, 1 + again, "{name}: {history:?}");
     }
-    let lost = stored(&api, &names).await?;
-    eprintln!("refused writes: stored state after v2 (name, base, progress): {lost:?}");
 
     // v3 without faults: handled, and the stored state is right again.
     update_all(&api, &names, "v3").await?;
@@ -683,31 +720,33 @@ async fn objects_deleted_right_after_their_creation_leak_nothing() -> anyhow::Re
     let op = start(&proxy, &ns, &instances, &changes).await?;
     let handle = proxy.handle();
 
-    // Faults on: the first writes refused (503, 409), every write delayed by 200 ms, and the
-    // next two watches cut after three events.
+    // Faults on: the first writes refused (503, 409), the result writes (`/status`, after a
+    // handler's progress) delayed by 300 ms, and the next two watches cut after three events.
     let since = Instant::now();
     let faults = [
         handle.inject(Rule::new(writes(), Fault::unavailable()).times(3)),
         handle.inject(Rule::new(writes(), Fault::conflict()).times(3)),
         handle.inject(Rule::new(
-            writes(),
-            Fault::Delay(Duration::from_millis(200)),
+            writes().path("/status"),
+            Fault::Delay(Duration::from_millis(300)),
         )),
         handle.inject(Rule::new(Match::watches(), Fault::CutWatch { after_events: 3 }).times(2)),
     ];
     handle.drop_connections();
 
-    // Each object is deleted right after its creation, without waiting.
+    // Each object is deleted right after its creation: at once, or 5, 10 or 15 ms later (the
+    // operator's finalizer may or may not be on by then).
     let mut held = BTreeMap::new();
-    for i in 0..8 {
+    for i in 0..12 {
         let name = format!("quick-{i}");
         api.create(&PostParams::default(), &object(&name, None))
             .await?;
+        let gap = Duration::from_millis((i % 4) * 5);
+        if !gap.is_zero() {
+            tokio::time::sleep(gap).await;
+        }
         let deleted = api.delete(&name, &DeleteParams::default()).await?;
-        let finalized = deleted
-            .left()
-            .is_some_and(|o| o.finalizers().iter().any(|f| f == FINALIZER));
-        held.insert(name, finalized);
+        held.insert(name, deleted.left().is_some_and(|o| finalized(&o)));
     }
     // Each object is deleted the moment its (slow) create handler started.
     for i in 0..3 {
@@ -716,13 +755,32 @@ async fn objects_deleted_right_after_their_creation_leak_nothing() -> anyhow::Re
             .await?;
         changes.wait_started(&name, CREATE).await;
         let deleted = api.delete(&name, &DeleteParams::default()).await?;
-        let finalized = deleted
-            .left()
-            .is_some_and(|o| o.finalizers().iter().any(|f| f == FINALIZER));
+        let finalized = deleted.left().is_some_and(|o| finalized(&o));
         assert!(
             finalized,
             "{name}: its create handler ran without the finalizer"
         );
+        held.insert(name, finalized);
+    }
+    // Each object is deleted the moment its create handler completed, while its result is
+    // being written.
+    let mut unstored = 0;
+    for i in 0..3 {
+        let name = format!("created-{i}");
+        api.create(&PostParams::default(), &object(&name, None))
+            .await?;
+        changes
+            .wait_completed(std::slice::from_ref(&name), CREATE, None)
+            .await;
+        let deleted = api.delete(&name, &DeleteParams::default()).await?;
+        let deleted = deleted.left();
+        let finalized = deleted.as_ref().is_some_and(finalized);
+        assert!(
+            finalized,
+            "{name}: its create handler ran without the finalizer"
+        );
+        let status = deleted.and_then(|o| o.status).unwrap_or_default();
+        unstored += usize::from(!status.0.contains_key(CREATE));
         held.insert(name, finalized);
     }
     wait_until("six writes refused", PROMPTLY, || async {
@@ -735,6 +793,10 @@ async fn objects_deleted_right_after_their_creation_leak_nothing() -> anyhow::Re
 
     let names: Vec<String> = held.keys().cloned().collect();
     assert_gone(&api, &names).await;
+    for (name, held) in &held {
+        let history = changes.history(name);
+        eprintln!("quick deletes: {name}: held when deleted: {held}; {history:?}");
+    }
     // Held by our finalizer when deleted, or its create handler started (the finalizer was on
     // then): the delete handler must have run.
     let must_delete: Vec<String> = (held.iter())
@@ -763,12 +825,10 @@ async fn objects_deleted_right_after_their_creation_leak_nothing() -> anyhow::Re
         .filter(|(name, held)| name.starts_with("quick-") && **held)
         .count();
     eprintln!(
-        "quick deletes: {quick_held} of 8 held by the finalizer when deleted; \
-         {interrupted} of 3 creates interrupted by their deletion"
+        "quick deletes: {quick_held} of 12 held by the finalizer when deleted; \
+         {interrupted} of 3 creates interrupted by their deletion; \
+         {unstored} of 3 deleted before their create's result was stored"
     );
-    for name in &names {
-        eprintln!("quick deletes: {name}: {:?}", changes.history(name));
-    }
     report("quick deletes", &changes);
     op.shutdown().await;
     ns.cleanup().await
