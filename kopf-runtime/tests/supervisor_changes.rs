@@ -353,3 +353,33 @@ async fn resume_handlers_run_once_for_objects_created_before() {
     assert_eq!(second.log.calls("made"), vec![(0, 0)]);
     assert_eq!(second.log.calls("again"), vec![(1000, 0)]);
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_object_no_change_handler_matches_costs_no_write() {
+    let store = Arc::<Store>::default();
+    let labelled = change(HandlerKind::Create, "made")
+        .when(|obj| obj.label("run") == Some("yes"))
+        .run(|_ctx| async move { ok() });
+    let h = harness(vec![labelled], &store, Log::new());
+    h.sup.observe(store.put(&Obj::new("other")));
+    h.sup
+        .observe(store.put(&Obj::new("mine").label("run", "yes")));
+    h.at(1000).await;
+    assert_eq!(
+        h.log.calls("made"),
+        vec![(0, 0)],
+        "the matching one: the control"
+    );
+    assert!(store.annotation("mine", BASE).is_some());
+    assert!(
+        store.annotation("other", BASE).is_none(),
+        "{:?}",
+        store.patches()
+    );
+    assert_eq!(store.patches().len(), 1, "{:?}", store.patches());
+    // Once it matches, it is created.
+    h.sup
+        .observe(store.edit("other", |b| b["metadata"]["labels"] = json!({"run": "yes"})));
+    h.at(2000).await;
+    assert_eq!(h.log.calls("made"), vec![(0, 0), (1000, 0)]);
+}

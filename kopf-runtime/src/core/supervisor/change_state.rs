@@ -225,6 +225,7 @@ impl ObjectChanges {
         match detected {
             Detected::Nothing => false,
             Detected::Continue(_) => self.run.as_ref().is_some_and(|r| !r.is_finished()),
+            Detected::Start(kind) if !facts.worth(kind) => false,
             Detected::Start(kind) => {
                 let base = self.base.as_ref();
                 let run = ChangeRun::start(kind, &changes.handlers, base, &observed, now);
@@ -305,4 +306,21 @@ pub(crate) struct Facts<'a> {
     pub(crate) delete_needed: bool,
     /// A delete handler matches the deleting version.
     pub(crate) delete_matches: bool,
+    /// The kinds of the create, update and resume handlers that match the latest version.
+    pub(crate) matching: Vec<ChangeKind>,
+}
+
+impl Facts<'_> {
+    /// Whether a change of `kind` would run anything, or store anything worth storing: a
+    /// handler of its kind matches (a create also stores the base the update handlers need).
+    /// A change that would only skip every handler is not started, so objects no handler
+    /// matches cost no write.
+    fn worth(&self, kind: ChangeKind) -> bool {
+        let matches = |k: ChangeKind| self.matching.contains(&k);
+        match kind {
+            ChangeKind::Create => matches(ChangeKind::Create) || matches(ChangeKind::Update),
+            ChangeKind::Update | ChangeKind::Resume => matches(kind),
+            ChangeKind::Delete => true,
+        }
+    }
 }

@@ -38,6 +38,7 @@ pub(crate) fn facts<'a>(
     let mut delete_needed = false;
     let mut delete_matches = false;
     let mut finalizer_needed = false;
+    let mut matching = Vec::new();
     for (index, handler) in handlers.iter().enumerate() {
         if !matched(index) {
             continue;
@@ -46,6 +47,12 @@ pub(crate) fn facts<'a>(
             delete_matches = true;
             delete_needed |= !handler.optional && !deleting;
         }
+        let kinds = [ChangeKind::Create, ChangeKind::Update, ChangeKind::Resume];
+        matching.extend(
+            kinds
+                .into_iter()
+                .filter(|&k| changes.of(index, k).is_some()),
+        );
         finalizer_needed |= handler.spec().finalizer && !deleting;
     }
     Facts {
@@ -55,6 +62,7 @@ pub(crate) fn facts<'a>(
         finalizer_needed: await_finalizer && finalizer_needed,
         delete_needed,
         delete_matches: delete_matches && deleting,
+        matching,
     }
 }
 
