@@ -36,6 +36,7 @@ pub mod docs {
         Architecture => "docs/architecture.md",
         Daemons => "docs/daemons.md",
         Timers => "docs/timers.md",
+        ChangeHandlers => "docs/change-handlers.md",
         Operations => "docs/operations.md",
         Handlers => "docs/handlers.md",
         HighAvailability => "docs/high-availability.md",

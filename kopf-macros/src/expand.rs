@@ -23,7 +23,7 @@ pub(crate) fn model(kind: Kind, args: TokenStream, func: &ItemFn) -> darling::Re
     HandlerModel::build(kind, args, sig, Span::call_site())
 }
 
-/// The whole expansion of `#[daemon(args)]` / `#[timer(args)]` on `item`.
+/// The whole expansion of `#[daemon(args)]`, `#[timer(args)]`, `#[on_create(args)]`... on `item`.
 pub(crate) fn expand(kind: Kind, args: TokenStream, item: TokenStream) -> TokenStream {
     let func: ItemFn = match syn::parse2(item.clone()) {
         Ok(func) => func,

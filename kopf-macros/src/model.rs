@@ -8,13 +8,17 @@ use syn::{Expr, Type};
 
 use crate::args::{ErrorsArg, MetaCondition, MissedArg, RawArgs, ValueArg};
 use crate::signature::Signature;
-use crate::validate;
+use crate::{change, validate};
 
 /// Which macro is expanding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
     Daemon,
     Timer,
+    Create,
+    Update,
+    Delete,
+    Resume,
 }
 
 impl Kind {
@@ -22,7 +26,17 @@ impl Kind {
         match self {
             Self::Daemon => "#[daemon]",
             Self::Timer => "#[timer]",
+            Self::Create => "#[on_create]",
+            Self::Update => "#[on_update]",
+            Self::Delete => "#[on_delete]",
+            Self::Resume => "#[on_resume]",
         }
+    }
+
+    /// Whether this is a change handler (`#[on_create]`, `#[on_update]`, `#[on_delete]`,
+    /// `#[on_resume]`): called once per change of the object rather than kept running.
+    pub(crate) fn is_change(self) -> bool {
+        !matches!(self, Self::Daemon | Self::Timer)
     }
 }
 
@@ -49,7 +63,7 @@ pub(crate) enum Delay {
     Computed(Expr),
 }
 
-/// A timer's schedule (all empty for daemons). With `cron`, only `jitter` is set besides it.
+/// A timer's schedule (all empty for the other kinds). With `cron`, only `jitter` is set besides it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Schedule {
     pub(crate) interval: Option<Duration>,
@@ -79,6 +93,13 @@ pub(crate) struct Field {
     pub(crate) value: ValueArg,
 }
 
+/// `#[on_update(field = "a.b")]`: the field whose change calls the handler.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Watched {
+    pub(crate) path: String,
+    pub(crate) segments: Vec<String>,
+}
+
 /// Everything code generation needs, validated.
 #[derive(Debug, Clone)]
 pub(crate) struct HandlerModel {
@@ -93,6 +114,8 @@ pub(crate) struct HandlerModel {
     pub(crate) retry_timeout: Option<Duration>,
     pub(crate) timeout: Option<Duration>,
     pub(crate) initial_delay: Option<Delay>,
+    /// Daemons and timers: `finalizer` (default `true`); `#[on_delete]`: `!optional`; the other
+    /// change handlers never hold it.
     pub(crate) finalizer: bool,
     pub(crate) cancellation_backoff: Option<Duration>,
     pub(crate) cancellation_timeout: Option<Duration>,
@@ -100,7 +123,10 @@ pub(crate) struct HandlerModel {
     pub(crate) schedule: Schedule,
     pub(crate) labels: Vec<(String, MetaCondition)>,
     pub(crate) annotations: Vec<(String, MetaCondition)>,
+    /// The filter on a field (on `#[on_update(field = ...)]`, only with a `value`).
     pub(crate) field: Option<Field>,
+    /// `#[on_update(field = ...)]`: the field whose change calls the handler.
+    pub(crate) watch: Option<Watched>,
     pub(crate) when: Option<Expr>,
 }
 
@@ -120,6 +146,7 @@ impl HandlerModel {
         let labels = errors.handle(validate::meta_filters(args.labels.as_ref(), true));
         let annotations = errors.handle(validate::meta_filters(args.annotations.as_ref(), false));
         let field = errors.handle(validate::field(args.field.as_ref(), args.value.as_ref()));
+        errors.handle(change::params(kind, &sig, args.field.is_some()));
         errors.handle(validate::durations(&args));
         errors.handle(validate::retries(args.retries.as_ref()));
         errors.finish()?;
@@ -137,6 +164,7 @@ impl HandlerModel {
                 "kopf-macros: internal validation error",
             ));
         };
+        let (field, watch) = change::watch(kind, field, args.value.is_some());
         let krate = args
             .krate
             .map_or_else(|| syn::parse_quote!(::kopf_runtime), |c| c.0);
@@ -155,7 +183,11 @@ impl HandlerModel {
                 crate::args::DelayArg::Fixed(d) => Delay::Fixed(d.value),
                 crate::args::DelayArg::Computed(f) => Delay::Computed(f.0),
             }),
-            finalizer: args.finalizer.is_none_or(|f| *f),
+            finalizer: match kind {
+                Kind::Daemon | Kind::Timer => args.finalizer.is_none_or(|f| *f),
+                Kind::Delete => !args.optional.is_some_and(|o| o.0),
+                Kind::Create | Kind::Update | Kind::Resume => false,
+            },
             cancellation_backoff: args.cancellation_backoff.map(|d| d.value),
             cancellation_timeout: args.cancellation_timeout.map(|d| d.value),
             cancellation_polling: args.cancellation_polling.map(|d| d.value),
@@ -163,6 +195,7 @@ impl HandlerModel {
             labels,
             annotations,
             field,
+            watch,
             when: args.when.map(|w| w.0),
         })
     }

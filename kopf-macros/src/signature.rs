@@ -13,18 +13,18 @@ pub(crate) struct Signature {
     pub(crate) params: Vec<Type>,
     /// The declared return type (`None`: `()`).
     pub(crate) output: Option<Type>,
-    /// `K` of the first `Arc<K>` / `Live<K>` parameter.
+    /// `K` of the first `Arc<K>` / `Live<K>` / `Old<K>` parameter.
     pub(crate) object: Option<Type>,
 }
 
-/// `K` if `ty` is `Arc<K>` or `Live<K>` (by the last path segment, any prefix).
+/// `K` if `ty` is `Arc<K>`, `Live<K>` or `Old<K>` (by the last path segment, any prefix).
 pub(crate) fn object_type(ty: &Type) -> Option<&Type> {
     let Type::Path(path) = ty else { return None };
     if path.qself.is_some() {
         return None;
     }
     let last = path.path.segments.last()?;
-    if last.ident != "Arc" && last.ident != "Live" {
+    if last.ident != "Arc" && last.ident != "Live" && last.ident != "Old" {
         return None;
     }
     let PathArguments::AngleBracketed(args) = &last.arguments else {
@@ -167,6 +167,15 @@ mod tests {
         assert!(is_dynamic_object(sig.object.as_ref().unwrap()));
         assert!(!sig.is_async);
         assert!(sig.output.is_none());
+    }
+
+    #[test]
+    fn old_also_names_the_object() {
+        let func: ItemFn = parse_quote!(
+            fn f(diff: Diff, old: kopf_runtime::Old<ConfigMap>) {}
+        );
+        let object = analyze(&func).unwrap().object.unwrap();
+        assert_eq!(quote::quote!(#object).to_string(), "ConfigMap");
     }
 
     #[test]

@@ -9,6 +9,8 @@ use crate::args::MissedArg;
 use crate::expand::{expand, model};
 use crate::model::{Cron, Delay, HandlerModel, Kind, Resource};
 
+mod change;
+
 fn build(kind: Kind, args: TokenStream, func: TokenStream) -> darling::Result<HandlerModel> {
     let func: ItemFn = syn::parse2(func).expect("test input is a function");
     model(kind, args, &func)
@@ -477,6 +479,7 @@ mod properties {
         "value",
         "when",
         "finalizer",
+        "optional",
         "crate",
         "cancellation_backoff",
         "cancellation_timeout",
@@ -505,10 +508,11 @@ mod properties {
                 Just(quote!("5s")), Just(quote!(3)), Just(quote!(true)), Just(quote!(path::f)),
                 Just(quote!(-1)), Just(quote!("")), Just(quote!(1.5)),
             ],
-            daemon in any::<bool>(),
+            kind in prop::sample::select(vec![
+                Kind::Daemon, Kind::Timer, Kind::Create, Kind::Update, Kind::Delete, Kind::Resume,
+            ]),
         ) {
             let ident = syn::Ident::new(&name, proc_macro2::Span::call_site());
-            let kind = if daemon { Kind::Daemon } else { Kind::Timer };
             let _ = build(kind, quote!(#ident = #value), pod_daemon());
         }
 

@@ -119,7 +119,7 @@ fn static_resource(sig: &Signature) -> darling::Result<Resource> {
 
 /// A timer's schedule, checked for contradictions (the cron options in [`crate::cron`]).
 pub(crate) fn schedule(kind: Kind, args: &RawArgs, attr: Span) -> darling::Result<Schedule> {
-    if kind == Kind::Daemon {
+    if kind != Kind::Timer {
         return Ok(Schedule::default()); // timer options were already reported by name
     }
     let mut errors = darling::Error::accumulator();

@@ -121,6 +121,7 @@
 //! ```
 
 pub use crate::core::clock::WallClock;
+pub use crate::core::diff::{ChangeContext, FieldValues};
 pub use crate::core::effects::Effect;
 pub use crate::core::erased::{Call, ErasedHandler, Invocation, MatchError, Output, Services};
 pub use crate::core::filter::{FieldFilter, Filters, JsonLiteral, MetaFilter, ValueFilter};
@@ -128,7 +129,8 @@ pub use crate::core::memo::ObjectMemo;
 pub use crate::core::object::{ObjectError, ObjectState};
 pub use crate::core::sink::{PatchSink, PatchSinkHandle};
 pub use crate::core::spec::{
-    CronSchedule, ErrorsMode, HandlerKind, HandlerSpec, Missed, SourceLocation, TimerSchedule,
+    ChangeOptions, CronSchedule, ErrorsMode, HandlerKind, HandlerSpec, Missed, SourceLocation,
+    TimerSchedule, WatchedField,
 };
 pub use crate::core::supervisor::{
     BlockingPool, InScope, ShutdownReport, Stats, Supervisor, SupervisorConfig,

@@ -179,14 +179,15 @@ mod status;
 #[cfg(feature = "testing")]
 pub mod testing;
 
+pub use crate::core::diff::{Diff, DiffItem, DiffOp};
 pub use crate::core::object::ObjectRef;
 pub use crate::core::outcome::{BoxError, ErrorKind, HandlerError, HandlerResult};
 pub use crate::core::resource::ResourceInfo;
 pub use crate::core::sink::PatchError;
 pub use crate::core::stop::{StopReason, Stopper};
 pub use crate::handler::{
-    BlockingSafe, Data, Inject, Live, Memo, Occurrence, Patch, Registry, RegistryError, Retry,
-    Runtime, ScopeKind, Started, StaticResource,
+    BlockingSafe, Data, FieldChange, Inject, Live, Memo, Occurrence, Old, Patch, Registry,
+    RegistryError, Retry, Runtime, ScopeKind, Started, StaticResource,
 };
 pub use crate::operator::{
     EventError, Events, Fenced, KindStats, LeaderElection, Leadership, Membership, Operator,
@@ -198,7 +199,7 @@ pub use crate::operator::{LeaseRef, OperatorArgs};
 #[cfg(feature = "logging")]
 pub use crate::operator::{LogFormat, LoggingError, init_logging};
 pub use crate::status::SchemalessStatus;
-pub use kopf_macros::{daemon, timer};
+pub use kopf_macros::{daemon, on_create, on_delete, on_resume, on_update, timer};
 /// The official Prometheus client, whose registry the operator's `/metrics` serves: register
 /// your own metrics into a [`Registry`](prometheus_client::registry::Registry) and give it to
 /// [`OperatorBuilder::metrics_registry`] (re-exported so that its version is the operator's).
@@ -212,10 +213,11 @@ pub use prometheus_client;
 
 /// The names nearly every operator file uses: `use kopf_runtime::prelude::*;`.
 ///
-/// - the attributes [`daemon`] and [`timer`];
+/// - the attributes [`daemon`], [`timer`], [`on_create`], [`on_update`], [`on_delete`] and
+///   [`on_resume`];
 /// - [`Operator`], to run the handlers from `main`;
 /// - the parameters most handlers take: [`Stopper`], [`Patch`], [`Live`], [`Data`],
-///   [`Memo`], [`Retry`] and [`Events`];
+///   [`Memo`], [`Retry`] and [`Events`], and the change handlers' [`FieldChange`] and [`Old`];
 /// - [`HandlerResult`] and [`HandlerError`], for what handlers return.
 ///
 /// Everything else is imported by name from the crate root (e.g. [`ObjectRef`], [`StopReason`],
@@ -237,8 +239,8 @@ pub use prometheus_client;
 /// ```
 pub mod prelude {
     pub use crate::{
-        Data, Events, HandlerError, HandlerResult, Live, Memo, Operator, Patch, Retry, Stopper,
-        daemon, timer,
+        Data, Events, FieldChange, HandlerError, HandlerResult, Live, Memo, Old, Operator, Patch,
+        Retry, Stopper, daemon, on_create, on_delete, on_resume, on_update, timer,
     };
 }
 
@@ -246,7 +248,7 @@ pub mod prelude {
 #[doc(hidden)]
 pub mod __private {
     pub use crate::handler::{
-        DaemonKind, HandlerReturn, PreparedCall, TimerKind, assert_blocking_safe,
+        ChangeKind, DaemonKind, HandlerReturn, PreparedCall, TimerKind, assert_blocking_safe,
     };
     pub use inventory;
     pub use kube::api::DynamicObject;

@@ -147,6 +147,7 @@ fn invocation(
         span: tracing::Span::none(),
         memo: Arc::default(),
         occurrence: None,
+        change: None,
     };
     (invocation, tx)
 }

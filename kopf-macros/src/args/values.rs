@@ -50,6 +50,33 @@ impl FromMeta for MissedArg {
     }
 }
 
+/// A yes/no option such as `optional`: the option's name alone (yes), `= true` or `= false`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Flag(pub(crate) bool);
+
+impl FromMeta for Flag {
+    fn from_word() -> darling::Result<Self> {
+        Ok(Self(true))
+    }
+
+    fn from_expr(expr: &Expr) -> darling::Result<Self> {
+        match expr {
+            Expr::Lit(lit) => match &lit.lit {
+                Lit::Bool(b) => Ok(Self(b.value)),
+                other => Err(darling::Error::custom(
+                    "expected `true` or `false` (unquoted), or the option's name alone for `true`",
+                )
+                .with_span(other)),
+            },
+            Expr::Group(group) => Self::from_expr(&group.expr),
+            other => Err(darling::Error::custom(
+                "expected `true` or `false`, or the option's name alone for `true`",
+            )
+            .with_span(&other.span())),
+        }
+    }
+}
+
 /// A function given by path (or a non-capturing closure): `when = is_ready`.
 #[derive(Debug, Clone)]
 pub(crate) struct Callable(pub(crate) Expr);

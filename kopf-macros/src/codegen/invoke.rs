@@ -46,6 +46,9 @@ fn convert(model: &HandlerModel, value: &TokenStream) -> TokenStream {
     let kind = match model.kind {
         Kind::Daemon => quote!(#krate::__private::DaemonKind),
         Kind::Timer => quote!(#krate::__private::TimerKind),
+        Kind::Create | Kind::Update | Kind::Delete | Kind::Resume => {
+            quote!(#krate::__private::ChangeKind)
+        }
     };
     let span = model
         .sig

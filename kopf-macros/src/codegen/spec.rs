@@ -7,7 +7,7 @@ use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
 
 use crate::args::{ErrorsArg, Literal as JsonLit, MetaCondition, MissedArg, ValueArg};
-use crate::model::{Cron, Field, HandlerModel, Kind};
+use crate::model::{Cron, Field, HandlerModel, Kind, Watched};
 
 /// `::core::time::Duration::new(secs, nanos)`.
 pub(crate) fn duration(d: Duration) -> TokenStream {
@@ -83,6 +83,19 @@ fn field(krate: &syn::Path, field: Option<&Field>) -> TokenStream {
     }
 }
 
+/// A change handler's options: `#[on_update(field = ...)]` watches its field.
+fn change(krate: &syn::Path, watch: Option<&Watched>) -> TokenStream {
+    let Some(Watched { path, segments }) = watch else {
+        return quote!(#krate::engine::ChangeOptions::NONE);
+    };
+    quote! {
+        #krate::engine::ChangeOptions::watching(#krate::engine::WatchedField {
+            path: #path,
+            segments: &[#(#segments),*],
+        })
+    }
+}
+
 /// The `HandlerSpec` value (a const expression). Fields not listed come from
 /// `HandlerSpec::new`, so the generated code keeps compiling when the spec grows.
 pub(crate) fn spec(model: &HandlerModel) -> TokenStream {
@@ -91,6 +104,10 @@ pub(crate) fn spec(model: &HandlerModel) -> TokenStream {
     let kind = match model.kind {
         Kind::Daemon => quote!(#krate::engine::HandlerKind::Daemon),
         Kind::Timer => quote!(#krate::engine::HandlerKind::Timer),
+        Kind::Create => quote!(#krate::engine::HandlerKind::Create),
+        Kind::Update => quote!(#krate::engine::HandlerKind::Update),
+        Kind::Delete => quote!(#krate::engine::HandlerKind::Delete),
+        Kind::Resume => quote!(#krate::engine::HandlerKind::Resume),
     };
     let errors = match model.errors {
         ErrorsArg::Temporary => quote!(#krate::engine::ErrorsMode::Temporary),
@@ -124,6 +141,7 @@ pub(crate) fn spec(model: &HandlerModel) -> TokenStream {
     let labels = meta_filters(krate, &model.labels);
     let annotations = meta_filters(krate, &model.annotations);
     let field = field(krate, model.field.as_ref());
+    let change = change(krate, model.watch.as_ref());
     quote! {
         #krate::engine::HandlerSpec {
             location: #krate::engine::SourceLocation {
@@ -144,6 +162,7 @@ pub(crate) fn spec(model: &HandlerModel) -> TokenStream {
             cancellation_timeout: #cancellation_timeout,
             cancellation_polling: #cancellation_polling,
             schedule: #schedule,
+            change: #change,
             filters: #krate::engine::Filters {
                 labels: #labels,
                 annotations: #annotations,

@@ -68,18 +68,7 @@ impl Plan {
 /// with a long id shortened and made unique by a hash (an annotation name has at most 63
 /// characters).
 pub(crate) fn record_key(prefix: &str, id: &str) -> String {
-    const SUFFIX: &str = ".cron";
-    const MAX: usize = 63;
-    let name = if id.len() + SUFFIX.len() <= MAX {
-        format!("{id}{SUFFIX}")
-    } else {
-        // FNV-1a: stable across builds and Rust versions (the key outlives the process).
-        let hash = crate::core::hash::fnv64(id.as_bytes());
-        let keep = MAX - SUFFIX.len() - 17;
-        let head: String = id.chars().take(keep).collect();
-        format!("{head}-{hash:016x}{SUFFIX}")
-    };
-    format!("{prefix}{name}")
+    crate::core::hash::annotation_key(prefix, id, ".cron")
 }
 
 #[cfg(test)]
@@ -230,5 +219,8 @@ mod tests {
         let name = key.trim_start_matches("kopf.dev/");
         assert_eq!(name.len(), 63);
         assert_ne!(key, record_key("kopf.dev/", &"a".repeat(101)));
+        // The keys already on objects: a 41-character head and the id's FNV-1a hash.
+        let hash = crate::core::hash::fnv64(long.as_bytes());
+        assert_eq!(key, format!("kopf.dev/{}-{hash:016x}.cron", "a".repeat(41)));
     }
 }

@@ -134,6 +134,8 @@ pub struct Invocation {
     pub memo: std::sync::Arc<crate::core::memo::ObjectMemo>,
     /// A cron timer's occurrence this run is for (`None` for other handlers).
     pub occurrence: Option<jiff::Timestamp>,
+    /// The change a change handler is called for (`None` for daemons and timers).
+    pub change: Option<Arc<crate::core::diff::ChangeContext>>,
 }
 
 /// Why a handler's filters could not be evaluated for an object.

@@ -6,9 +6,11 @@
 //! see directly (`Stopper`, `HandlerError`, `ObjectRef`, `ResourceInfo`, `PatchError`, ...),
 //! which are at the crate root.
 
+pub(crate) mod changes;
 pub(crate) mod clearance;
 pub(crate) mod clock;
 pub(crate) mod cron;
+pub(crate) mod diff;
 pub(crate) mod effects;
 pub(crate) mod erased;
 pub(crate) mod filter;

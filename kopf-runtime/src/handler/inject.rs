@@ -43,7 +43,7 @@ use crate::core::stop::Stopper;
 /// # let (_tx, live) = tokio::sync::watch::channel(object.clone());
 /// # let invocation = Invocation { object, live, stopper: kopf_runtime::Stopper::new(),
 /// #     retry: 0, started: tokio::time::Instant::now(), services: Default::default(),
-/// #     span: tracing::Span::none(), memo: Default::default(), occurrence: None };
+/// #     span: tracing::Span::none(), memo: Default::default(), occurrence: None, change: None };
 /// let Name(name) = <Name as Inject<()>>::inject(&invocation).unwrap();
 /// assert_eq!(name, "a");
 /// ```
@@ -53,7 +53,8 @@ use crate::core::stop::Stopper;
     note = "handler parameters are injected by type; injectable are: `Arc<{K}>` (the object), \
             `Live<{K}>` (the latest object), `Stopper`, `Patch`, `kube::Client`, `ObjectRef`, \
             `tracing::Span` (the per-object logger), `Retry`, `Started`, `Runtime`, `Events`, \
-            `Memo<T>` (per-object state), and `Data<T>` (shared state inserted into the operator)"
+            `Memo<T>` (per-object state), `Data<T>` (shared state inserted into the operator), \
+            and in `#[on_update]` handlers `Old<{K}>`, `Diff` and `FieldChange<T>`"
 )]
 pub trait Inject<K>: Sized {
     /// Builds the parameter for this invocation.
@@ -149,7 +150,7 @@ pub struct Occurrence(pub jiff::Timestamp);
 /// # let (_tx, live) = tokio::sync::watch::channel(object.clone());
 /// # let invocation = Invocation { object, live, stopper: Stopper::new(), retry: 0,
 /// #     started: tokio::time::Instant::now(), services, span: tracing::Span::none(),
-/// #     memo: Default::default(), occurrence: None };
+/// #     memo: Default::default(), occurrence: None, change: None };
 /// let settings = <Data<Settings> as Inject<()>>::inject(&invocation).unwrap();
 /// assert_eq!(settings.greeting, "hi");
 /// ```

@@ -2,6 +2,7 @@
 //! user's function into an [`ErasedHandler`](crate::engine::ErasedHandler) (injecting parameters
 //! by type, converting return values), and collects all handlers of the binary at start-up.
 
+mod change;
 mod inject;
 mod live;
 mod memo;
@@ -11,13 +12,14 @@ mod registry;
 mod resource;
 mod typed;
 
+pub use change::{FieldChange, Old};
 pub use inject::{
     BlockingSafe, Data, Inject, Occurrence, Retry, Runtime, Started, assert_blocking_safe,
 };
 pub use live::Live;
 pub use memo::Memo;
 pub use patch::Patch;
-pub use prepared::{DaemonKind, HandlerReturn, PreparedCall, TimerKind};
+pub use prepared::{ChangeKind, DaemonKind, HandlerReturn, PreparedCall, TimerKind};
 pub use registry::{Registration, Registry, RegistryError};
 pub use resource::{ScopeKind, StaticResource};
 pub use typed::{TypedHandler, erase};

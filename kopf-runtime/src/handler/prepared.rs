@@ -123,8 +123,8 @@ fn finish(
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a valid return type for this handler",
     label = "invalid handler return type",
-    note = "daemons return `()` or `Result<(), E>`; timers return `()` or `Result<T, E>` with \
-            `T: serde::Serialize` (stored under `status.<handler id>`); `E` must convert into \
+    note = "daemons return `()` or `Result<(), E>`; timers and change handlers return `()` or \
+            `Result<T, E>` with `T: serde::Serialize` (stored under `status.<handler id>`); `E` must convert into \
             `kopf_runtime::HandlerError` (any `std::error::Error + Send + Sync + 'static` does)"
 )]
 pub trait HandlerReturn<Kind> {
@@ -142,6 +142,25 @@ pub enum DaemonKind {}
 /// Marker for [`HandlerReturn`]: the rules for `#[timer]`.
 #[derive(Debug)]
 pub enum TimerKind {}
+
+/// Marker for [`HandlerReturn`]: the rules for the change handlers (`#[on_create]`,
+/// `#[on_update]`, `#[on_delete]`, `#[on_resume]`), which are the timers' rules: `()`, or a
+/// value to store under `status.<handler id>`.
+///
+/// ```
+/// use kopf_runtime::__private::{ChangeKind, HandlerReturn};
+/// let ok: Result<&str, std::io::Error> = Ok("made");
+/// assert_eq!(HandlerReturn::<ChangeKind>::into_result(ok).unwrap(), Some(serde_json::json!("made")));
+/// ```
+#[derive(Debug)]
+pub enum ChangeKind {}
+
+#[diagnostic::do_not_recommend]
+impl<T: Serialize, E: Into<HandlerError>> HandlerReturn<ChangeKind> for Result<T, E> {
+    fn into_result(self) -> Result<Option<Value>, HandlerError> {
+        <Self as HandlerReturn<TimerKind>>::into_result(self)
+    }
+}
 
 impl<Kind> HandlerReturn<Kind> for () {
     fn into_result(self) -> Result<Option<Value>, HandlerError> {

@@ -92,6 +92,16 @@ pub enum RegistryError {
         /// Where the second handler is defined.
         second: SourceLocation,
     },
+    /// A resource kind's change handlers cannot work together (e.g. an `#[on_update]` watches
+    /// the `status.<id>` where a change handler stores its result, so every result would
+    /// trigger it again).
+    #[error("the change handlers of {resource} cannot run: {reason}")]
+    ChangeHandlers {
+        /// The resource kind.
+        resource: String,
+        /// Why.
+        reason: String,
+    },
     /// A selected id belongs to no registered handler.
     #[error("no handler has the id `{id}` (registered: {known})")]
     UnknownId {

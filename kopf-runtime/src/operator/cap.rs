@@ -118,6 +118,7 @@ mod tests {
             span: tracing::Span::none(),
             memo: Arc::default(),
             occurrence: None,
+            change: None,
         }
     }
 

@@ -197,6 +197,14 @@ impl Options {
         if handlers.is_empty() {
             return Err(OperatorError::NoHandlers);
         }
+        for (resource, list) in &handlers {
+            crate::core::supervisor::check_change_handlers(list).map_err(|err| {
+                OperatorError::Registry(crate::handler::RegistryError::ChangeHandlers {
+                    resource: resource.to_string(),
+                    reason: err.to_string(),
+                })
+            })?;
+        }
         Ok(handlers)
     }
 }

@@ -112,6 +112,11 @@ pub fn timer(id: &'static str) -> H {
     H::new(HandlerSpec::new(id, HandlerKind::Timer))
 }
 
+/// A change handler of `kind` (create, update, delete or resume).
+pub fn change(kind: HandlerKind, id: &'static str) -> H {
+    H::new(HandlerSpec::new(id, kind))
+}
+
 impl H {
     fn new(spec: HandlerSpec) -> Self {
         Self {

@@ -88,9 +88,18 @@ impl Harness {
     }
 
     pub fn with_config(handlers: Vec<H>, config: SupervisorConfig) -> Self {
-        let log = Log::new();
+        Self::with_services(handlers, config, Services::default(), Log::new())
+    }
+
+    /// A harness whose supervisor gets `services` (e.g. a patch sink), logging into `log`.
+    pub fn with_services(
+        handlers: Vec<H>,
+        config: SupervisorConfig,
+        services: Services,
+        log: Log,
+    ) -> Self {
         let handlers = handlers.into_iter().map(|h| h.build(&log)).collect();
-        let (sup, mut rx) = Supervisor::new(handlers, Services::default(), config);
+        let (sup, mut rx) = Supervisor::new(handlers, services, config);
         let fx: Arc<Mutex<Vec<(u64, Effect)>>> = Arc::default();
         let (sink, clock) = (Arc::clone(&fx), log.clone());
         tokio::spawn(async move {

@@ -252,6 +252,7 @@ impl Attempt {
             span: runner.span.clone(),
             memo: Arc::clone(&runner.memo),
             occurrence: attempt.occurrence,
+            change: runner.change.clone(),
         };
         runner.inner.fires.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(

@@ -19,6 +19,7 @@ use super::state::{
 use crate::core::effects::Effect;
 use crate::core::erased::MatchError;
 use crate::core::object::ObjectState;
+use crate::core::spec::HandlerKind;
 use crate::core::stop::StopReason;
 use crate::core::sync::lock;
 
@@ -56,14 +57,16 @@ impl SupervisorCore {
     pub(crate) fn observe(self: &Arc<Self>, object: ObjectState) {
         let object = Arc::new(object);
         // User code (`when` filters) runs outside the lock.
-        let matches: Vec<Match> = if object.is_deleting() {
-            Vec::new()
-        } else {
-            self.handlers
-                .iter()
-                .map(|h| evaluate(h.as_ref(), &object))
-                .collect()
-        };
+        // A deleting version is matched against the delete handlers only.
+        let deleting = object.is_deleting();
+        let matches: Vec<Match> = (self.handlers.iter())
+            .map(|h| match h.spec().kind {
+                HandlerKind::Delete => evaluate(h.as_ref(), &object),
+                _ if deleting => Match::No,
+                _ => evaluate(h.as_ref(), &object),
+            })
+            .collect();
+        let digest = (self.changes.as_ref()).map(|changes| changes.digest(object.body()));
         let essence = self.needs_essence.then(|| {
             let cfg = &self.config;
             essence::fingerprint(object.body(), &cfg.finalizer, &cfg.annotation_prefix)
@@ -83,12 +86,18 @@ impl SupervisorCore {
         let entry = state
             .objects
             .entry(Arc::clone(&uid))
-            .or_insert_with(|| ObjectEntry::new(Arc::clone(&object), handlers));
+            .or_insert_with(|| ObjectEntry::new(Arc::clone(&object), handlers, digest));
         // Back after a deletion at an older version, or after it was released to another
         // replica (no tombstone then).
         if seen == Seen::Back || (entry.gone && seen == Seen::Live) {
             // Kept while its instances exit or its abandoned threads return: alive again.
             (entry.gone, entry.deleting, entry.finalizer_sent) = (false, false, None);
+            if let Some(changes) = entry.changes.as_mut() {
+                (changes.reload, changes.first_sight) = (true, true);
+            }
+        }
+        if let (Some(changes), Some(digest)) = (entry.changes.as_mut(), digest) {
+            changes.digest = digest;
         }
         if entry.essence.is_some() && entry.essence != essence {
             entry.idle.reset(Instant::now());
@@ -96,9 +105,6 @@ impl SupervisorCore {
         entry.essence = essence;
         entry.finalizer_on = object.has_finalizer(&self.config.finalizer);
         entry.deleting |= object.is_deleting();
-        if entry.deleting {
-            entry.slots.iter_mut().for_each(|s| s.matched = false);
-        }
         let version = matches
             .iter()
             .any(|m| matches!(m, Match::Skip(..)))
@@ -163,7 +169,7 @@ impl SupervisorCore {
     }
 
     /// [`SupervisorCore::reconcile`], optionally without starting anything.
-    fn reconcile_with(self: &Arc<Self>, state: &mut State, uid: &Arc<str>, spawn: bool) {
+    pub(super) fn reconcile_with(self: &Arc<Self>, state: &mut State, uid: &Arc<str>, spawn: bool) {
         // Out of scope counts as paused, for this object only.
         let paused = state.paused || state.scope.as_ref().is_some_and(|covers| !covers(uid));
         let may_spawn = spawn && !paused && state.shutdown.allows_spawning();
@@ -173,6 +179,9 @@ impl SupervisorCore {
         };
         let ending = entry.gone || entry.deleting;
         for index in 0..entry.slots.len() {
+            if self.handlers[index].spec().kind.is_change() {
+                continue; // run by the object's change task
+            }
             let slot = &mut entry.slots[index];
             let wanted = slot.matched && may_spawn && !ending;
             let unheld = self.awaits_finalizer(index) && !entry.finalizer_on;
@@ -203,6 +212,7 @@ impl SupervisorCore {
                 spawned += 1;
             }
         }
+        spawned += self.reconcile_changes(entry, paused, may_spawn);
         if spawned != 0 {
             self.active.send_modify(|n| *n += spawned);
         }
@@ -231,12 +241,11 @@ impl SupervisorCore {
     /// Whether the finalizer must be held: a finalizer-holding handler matches a live object
     /// (and has not ended on its own), or an instance of one still runs.
     pub(crate) fn holds(&self, entry: &ObjectEntry) -> bool {
-        entry
-            .slots
-            .iter()
-            .zip(&self.handlers)
-            .any(|(slot, handler)| {
-                handler.spec().finalizer
+        self.changes_hold(entry)
+            || (entry.slots.iter().zip(&self.handlers)).any(|(slot, handler)| {
+                let spec = handler.spec();
+                spec.finalizer
+                    && !spec.kind.is_change()
                     && match slot.run {
                         Run::Active(_) => true,
                         // Abandoned work does not hold the object; a respawn would.
@@ -374,6 +383,7 @@ impl SupervisorCore {
                 }
             }
         }
+        Self::stop_change_tasks(&state, StopReason::OPERATOR_EXITING);
         Begin::First
     }
 
@@ -401,6 +411,7 @@ impl SupervisorCore {
             self.active.send_modify(|n| *n = n.saturating_sub(1));
             self.reconcile(&mut state, &uid);
         }
+        self.abandon_change_tasks(&mut state);
         let mut report = match std::mem::replace(&mut state.shutdown, ShutdownPhase::NotStarted) {
             ShutdownPhase::Running(report) | ShutdownPhase::Done(report) => report,
             ShutdownPhase::NotStarted => ShutdownReport::default(),

@@ -11,11 +11,16 @@
 
 mod blocking;
 pub(crate) mod census;
+mod change_state;
+mod change_task;
+mod changes;
+pub(crate) use changes::check as check_change_handlers;
 mod config;
 mod cron;
 mod daemon;
 mod essence;
 mod exit;
+mod instance;
 mod invoke;
 mod ladder;
 mod lifecycle;
@@ -161,6 +166,12 @@ impl Supervisor {
             let spec = h.spec();
             spec.kind == HandlerKind::Timer && spec.schedule.idle.is_some()
         });
+        let changes =
+            change_state::Changes::build(&handlers, &config.annotation_prefix, &config.finalizer)
+                .unwrap_or_else(|err| {
+                    tracing::error!("the change handlers cannot run: {err}");
+                    None
+                });
         let rng = config
             .seed
             .map_or_else(fastrand::Rng::new, fastrand::Rng::with_seed);
@@ -178,6 +189,7 @@ impl Supervisor {
             active: watch::Sender::new(0),
             force: CancellationToken::new(),
             needs_essence,
+            changes,
             clearance: OnceLock::new(),
             meters,
         };

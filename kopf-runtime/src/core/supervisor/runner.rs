@@ -35,6 +35,8 @@ pub(crate) struct Runner {
     /// The instance's span, given to every invocation (one per instance: creating a span with
     /// its fields costs microseconds under a formatting subscriber).
     pub(crate) span: tracing::Span,
+    /// The change a change handler is called for (`None` for daemons and timers).
+    pub(crate) change: Option<Arc<crate::core::diff::ChangeContext>>,
 }
 
 /// The span of one instance: what every log line of its handler carries.
@@ -70,6 +72,7 @@ impl Runner {
             idle: Arc::clone(&entry.idle),
             memo: Arc::clone(&entry.memo),
             span,
+            change: None,
         }
     }
 

@@ -1,8 +1,8 @@
 //! The supervisor's shared state: objects, their handler slots, and instance bookkeeping.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::atomic::{AtomicU64, AtomicUsize};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
@@ -10,7 +10,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::config::SupervisorConfig;
 pub(crate) use super::exit::Exit;
-use super::meter::{HandlerMeter, LadderMark};
+pub(crate) use super::instance::InstanceShared;
+use super::meter::HandlerMeter;
 use super::report::ShutdownPhase;
 use crate::core::clearance::Clearance;
 use crate::core::effects::Effect;
@@ -18,7 +19,6 @@ use crate::core::erased::{ErasedHandler, Services};
 use crate::core::memo::ObjectMemo;
 use crate::core::object::{ObjectRef, ObjectState};
 use crate::core::spec::HandlerKind;
-use crate::core::stop::{StopReason, Stopper};
 use crate::core::sync::lock;
 
 /// Everything the supervisor handle and its tasks share.
@@ -43,6 +43,8 @@ pub(crate) struct SupervisorCore {
     pub(crate) force: CancellationToken,
     /// Whether any handler is an `idle` timer (only then essences are computed).
     pub(crate) needs_essence: bool,
+    /// The change handlers, if any (`on_create`, `on_update`, `on_delete`, `on_resume`).
+    pub(crate) changes: Option<super::change_state::Changes>,
     /// Until when invocations may start (no limit if unset).
     pub(crate) clearance: OnceLock<Clearance>,
     /// The counters per handler, by handler index (`None`: the supervisor does not count).
@@ -90,6 +92,10 @@ impl State {
             match kind {
                 HandlerKind::Daemon => self.daemons_abandoned += 1,
                 HandlerKind::Timer => self.timers_abandoned += 1,
+                HandlerKind::Create
+                | HandlerKind::Update
+                | HandlerKind::Delete
+                | HandlerKind::Resume => {}
             }
         }
         if let ShutdownPhase::Running(report) = &mut self.shutdown {
@@ -189,12 +195,15 @@ pub(crate) struct ObjectEntry {
     pub(crate) finalizer_on: bool,
     /// What the object's handlers keep for it (`Memo<T>`).
     pub(crate) memo: Arc<ObjectMemo>,
-    /// One slot per handler, by handler index.
+    /// One slot per handler, by handler index (a change handler's slot only keeps whether it
+    /// matches: its invocations run in the object's change task).
     pub(crate) slots: Vec<Slot>,
+    /// The object's changes (with change handlers only).
+    pub(crate) changes: Option<Box<super::change_state::ObjectChanges>>,
 }
 
 impl ObjectEntry {
-    pub(crate) fn new(object: Arc<ObjectState>, handlers: usize) -> Self {
+    pub(crate) fn new(object: Arc<ObjectState>, handlers: usize, digest: Option<u64>) -> Self {
         Self {
             reference: object.reference().clone(),
             live: watch::Sender::new(object),
@@ -206,6 +215,7 @@ impl ObjectEntry {
             finalizer_on: false,
             memo: Arc::default(),
             slots: (0..handlers).map(|_| Slot::default()).collect(),
+            changes: digest.map(|d| Box::new(super::change_state::ObjectChanges::new(d))),
         }
     }
 
@@ -217,7 +227,8 @@ impl ObjectEntry {
         let needed = self
             .slots
             .iter()
-            .any(|s| s.matched || matches!(s.run, Run::Active(_)));
+            .any(|s| s.matched || matches!(s.run, Run::Active(_)))
+            || self.changes.is_some();
         if needed || self.live.borrow().is_identity_only() {
             return;
         }
@@ -234,6 +245,7 @@ impl ObjectEntry {
         self.slots
             .iter()
             .any(|s| matches!(s.run, Run::Active(_) | Run::Lingering(_)))
+            || self.changes.as_ref().is_some_and(|c| c.task.is_some())
     }
 }
 
@@ -286,75 +298,6 @@ pub(crate) struct Lingering {
 pub(crate) struct Active {
     /// Shared with the instance's task (which reports its exit with it).
     pub(crate) shared: Arc<InstanceShared>,
-}
-
-/// What the supervisor and an instance's task share.
-#[derive(Default)]
-pub(crate) struct InstanceShared {
-    /// The instance's lifecycle flag (deleted, mismatch, pausing, exiting).
-    pub(crate) stopper: Stopper,
-    /// The flag of the invocation in flight, which also gets the lifecycle reasons.
-    current: Mutex<Option<Stopper>>,
-    /// Waiting for a dedicated thread.
-    pub(crate) queued: AtomicBool,
-    /// How far the stop ladder went once the instance was asked to stop (for `/metrics`).
-    pub(crate) ladder: LadderMark,
-    /// Cancelled when the thread of this instance's last abandoned invocation returns.
-    lingering: Mutex<Option<CancellationToken>>,
-}
-
-impl InstanceShared {
-    fn current(&self) -> MutexGuard<'_, Option<Stopper>> {
-        lock(&self.current)
-    }
-
-    /// Stops the instance (and its invocation in flight) with `reason`.
-    pub(crate) fn stop(&self, reason: StopReason) {
-        let current = self.current();
-        // The running invocation's flag first: whatever wakes on the instance's flag (the stop
-        // ladder, on another thread) must find the reason already on the invocation.
-        if let Some(inv) = current.as_ref() {
-            inv.stop(reason);
-        }
-        self.stopper.stop(reason);
-    }
-
-    /// The flag for the next invocation: the instance's own, or (`fresh`, for handlers with a
-    /// `timeout`, which flags one invocation only) a new one that follows the instance's.
-    pub(crate) fn begin_invocation(&self, fresh: bool) -> Stopper {
-        if !fresh {
-            return self.stopper.clone();
-        }
-        let mut current = self.current();
-        let stopper = Stopper::new();
-        if self.stopper.is_stopped() {
-            stopper.stop(self.stopper.reason());
-        }
-        *current = Some(stopper.clone());
-        stopper
-    }
-
-    /// Whether the instance was asked to stop.
-    pub(crate) fn is_stopping(&self) -> bool {
-        self.stopper.is_stopped()
-    }
-
-    /// An invocation was abandoned while its thread runs on; `ended` is cancelled when it returns.
-    pub(crate) fn leave_thread(&self, ended: CancellationToken) {
-        *lock(&self.lingering) = Some(ended);
-    }
-
-    /// The end of an abandoned thread that has not returned yet, if any.
-    pub(crate) fn lingering_thread(&self) -> Option<CancellationToken> {
-        let mut lingering = lock(&self.lingering);
-        if lingering
-            .as_ref()
-            .is_some_and(CancellationToken::is_cancelled)
-        {
-            *lingering = None;
-        }
-        lingering.clone()
-    }
 }
 
 /// When an object's essence last changed, and how often it did. Timers are woken by the live

@@ -77,6 +77,11 @@ impl Stats {
                         &mut stats.timers_stopping,
                         &mut stats.timers_queued,
                     ),
+                    // Change handlers run in the object's change task, not in a slot.
+                    HandlerKind::Create
+                    | HandlerKind::Update
+                    | HandlerKind::Delete
+                    | HandlerKind::Resume => continue,
                 };
                 if active.shared.is_stopping() {
                     *stopping += 1;

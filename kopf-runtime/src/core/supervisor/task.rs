@@ -50,6 +50,11 @@ pub(crate) fn run(runner: Runner) -> impl Future<Output = ()> + Send + 'static {
             // itself is sized for a timer, whose future between runs is small.
             HandlerKind::Daemon => Box::pin(daemon::run(runner)).await,
             HandlerKind::Timer => timer::run(runner).await,
+            // Change handlers run in the object's change task, never as an instance.
+            HandlerKind::Create
+            | HandlerKind::Update
+            | HandlerKind::Delete
+            | HandlerKind::Resume => Exit::Done,
         };
         let (reference, id, kind) = (&runner.reference, runner.spec.id, runner.kind());
         tracing::debug!(object = %reference, handler = id, exit = ?exit, "{kind} ended");

@@ -136,11 +136,14 @@ impl KubePatchSink {
                     gone: false,
                 }
             })?;
-        if let Some(main) = split.main {
-            self.write(object, &main, false).await?;
-        }
+        // The status first: a process killed between the two writes has stored a handler's
+        // result but not the progress that says the handler is done, so the handler runs
+        // again (at least once) instead of counting as done without its result.
         if let Some(status) = split.status {
             self.write(object, &status, true).await?;
+        }
+        if let Some(main) = split.main {
+            self.write(object, &main, false).await?;
         }
         Ok(())
     }

@@ -1,0 +1,462 @@
+//! The change essence: what counts as a change of an object, and its stable digest.
+//!
+//! The essence is every top-level key except `apiVersion`, `kind`, `metadata` and `status`,
+//! plus `metadata.labels`, plus `metadata.annotations` without the framework's own (under the
+//! operator's prefix), kopf's (`kopf.zalando.org/`) and `kubectl`'s last-applied copy, plus the
+//! watched fields under `status`. Its digest is FNV-1a-64 over the compact JSON of a borrowed
+//! view with object keys in sorted order: the same across builds and processes (it is
+//! persisted), and computed without cloning the body. Empty labels or annotations count as
+//! absent.
+
+use std::collections::BTreeMap;
+
+use serde::ser::{Serialize, SerializeMap, Serializer};
+use serde_json::{Map, Value};
+
+use super::FieldPath;
+use crate::core::hash::Fnv64;
+
+/// Top-level keys outside the essence (`metadata` and `status` contribute parts of theirs).
+const OUTSIDE: [&str; 4] = ["apiVersion", "kind", "metadata", "status"];
+/// Annotation prefixes of other tools' bookkeeping (kopf's progress and diff base).
+const FOREIGN_PREFIXES: [&str; 1] = ["kopf.zalando.org/"];
+/// Annotations that copy the object (a change of the object changes them too).
+const FOREIGN_KEYS: [&str; 1] = ["kubectl.kubernetes.io/last-applied-configuration"];
+
+/// What the essence of a kind's objects is made of.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct EssenceCfg<'a> {
+    /// The operator's annotation prefix (`kopf.dev/`); empty: no annotation is its own.
+    pub(crate) own_prefix: &'a str,
+    /// The watched fields ([`super::ChangeHandlers::watched`]); those under `status` are in
+    /// the essence.
+    pub(crate) watched: &'a [FieldPath],
+}
+
+/// One observed version, as far as changes are concerned. It borrows the body.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Observed<'b> {
+    /// The digest of the essence.
+    pub(crate) digest: u64,
+    /// Every watched field's value (`None`: absent or `null`), by path.
+    pub(crate) fields: BTreeMap<&'static str, Option<&'b Value>>,
+}
+
+#[cfg(test)]
+/// The digest of the essence of `body` and its watched fields.
+#[must_use]
+pub(crate) fn observe<'b>(body: &'b Value, cfg: &EssenceCfg<'_>) -> Observed<'b> {
+    let fields = cfg
+        .watched
+        .iter()
+        .map(|field| (field.path, lookup(body, field)))
+        .collect();
+    Observed {
+        digest: digest(body, cfg),
+        fields,
+    }
+}
+
+/// The digest of the essence of `body` (see the module docs).
+#[must_use]
+pub(crate) fn digest(body: &Value, cfg: &EssenceCfg<'_>) -> u64 {
+    match body {
+        Value::Object(body) => hash_of(&View { body, cfg }).finish(),
+        other => hash_of(&Canon(other)).finish(),
+    }
+}
+
+/// The value at `field` in `body` (`None`: absent, `null`, or under a non-object).
+#[must_use]
+pub(crate) fn lookup<'b>(body: &'b Value, field: &FieldPath) -> Option<&'b Value> {
+    let mut value = body;
+    for segment in field.segments {
+        value = value.as_object()?.get(*segment)?;
+    }
+    (!value.is_null()).then_some(value)
+}
+
+/// The length of the compact JSON of `value` and its digest (keys in sorted order), in one walk.
+#[must_use]
+pub(crate) fn measure(value: &Value) -> (usize, u64) {
+    let hash = hash_of(&Canon(value));
+    (hash.len(), hash.finish())
+}
+
+/// The length of `text` as a JSON string, quotes included (as `serde_json` escapes it).
+#[must_use]
+pub(crate) fn json_str_len(text: &str) -> usize {
+    2 + text.chars().map(escaped_len).sum::<usize>()
+}
+
+/// The length of one character in a JSON string.
+pub(crate) fn escaped_len(c: char) -> usize {
+    match c {
+        '"' | '\\' | '\u{8}' | '\u{c}' | '\n' | '\r' | '\t' => 2,
+        c if u32::from(c) < 0x20 => 6,
+        c => c.len_utf8(),
+    }
+}
+
+/// Whether two values are the same, a float and its round trip through JSON text included
+/// (`serde_json` may parse a float it wrote one unit in the last place off).
+#[must_use]
+pub(crate) fn same(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) if x.is_f64() && y.is_f64() => {
+            let (x, y) = (x.as_f64().unwrap_or(0.0), y.as_f64().unwrap_or(0.0));
+            (x - y).abs() <= f64::EPSILON * x.abs().max(y.abs())
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(x, y)| same(x, y))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| same(v, w)))
+        }
+        (a, b) => a == b,
+    }
+}
+
+/// Serialises `value` into an FNV-1a writer.
+fn hash_of(value: &impl Serialize) -> Fnv64 {
+    let mut writer = Fnv64::default();
+    // Neither the writer nor a JSON value (string keys only) can fail; keep the hash distinct
+    // if it ever did.
+    if serde_json::to_writer(&mut writer, value).is_err() {
+        writer.feed(b"\0");
+    }
+    writer
+}
+
+/// Whether an annotation belongs to the essence.
+fn kept(key: &str, own_prefix: &str) -> bool {
+    (own_prefix.is_empty() || !key.starts_with(own_prefix))
+        && !FOREIGN_PREFIXES.iter().any(|p| key.starts_with(p))
+        && !FOREIGN_KEYS.contains(&key)
+}
+
+/// A map's entries in sorted key order: as stored when already sorted (serde_json's `Map` is
+/// a `BTreeMap` in this workspace), else sorted into a vector of references.
+enum Entries<'a> {
+    /// Already sorted.
+    InOrder(serde_json::map::Iter<'a>),
+    /// Sorted here.
+    Sorted(std::vec::IntoIter<(&'a String, &'a Value)>),
+}
+
+impl<'a> Iterator for Entries<'a> {
+    type Item = (&'a String, &'a Value);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match self {
+            Self::InOrder(iter) => iter.next(),
+            Self::Sorted(iter) => iter.next(),
+        }
+    }
+}
+
+/// The entries of `map` in sorted key order.
+fn entries(map: &Map<String, Value>) -> Entries<'_> {
+    if map.keys().zip(map.keys().skip(1)).all(|(a, b)| a < b) {
+        return Entries::InOrder(map.iter());
+    }
+    let mut sorted: Vec<_> = map.iter().collect();
+    sorted.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    Entries::Sorted(sorted.into_iter())
+}
+
+/// A value with object keys in sorted order.
+struct Canon<'a>(&'a Value);
+
+impl Serialize for Canon<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            Value::Object(map) => Filtered {
+                map,
+                keep: |_: &str| true,
+            }
+            .serialize(serializer),
+            Value::Array(items) => serializer.collect_seq(items.iter().map(Canon)),
+            other => other.serialize(serializer),
+        }
+    }
+}
+
+/// An object's entries for which `keep` holds, in sorted order.
+struct Filtered<'a, F> {
+    /// The object.
+    map: &'a Map<String, Value>,
+    /// Which keys are kept.
+    keep: F,
+}
+
+impl<F: Fn(&str) -> bool> Serialize for Filtered<'_, F> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut out = serializer.serialize_map(None)?;
+        for (key, value) in entries(self.map).filter(|(key, _)| (self.keep)(key)) {
+            out.serialize_entry(key, &Canon(value))?;
+        }
+        out.end()
+    }
+}
+
+/// The essence of an object body.
+struct View<'a> {
+    /// The body.
+    body: &'a Map<String, Value>,
+    /// What the essence is made of.
+    cfg: &'a EssenceCfg<'a>,
+}
+
+impl Serialize for View<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut out = serializer.serialize_map(None)?;
+        for (key, value) in entries(self.body).filter(|(key, _)| !OUTSIDE.contains(&key.as_str())) {
+            out.serialize_entry(key, &Canon(value))?;
+        }
+        let meta = self.body.get("metadata").and_then(Value::as_object);
+        let labels = meta.and_then(|m| m.get("labels")).filter(|v| !is_empty(v));
+        let own = self.cfg.own_prefix;
+        let annotations = meta
+            .and_then(|m| m.get("annotations"))
+            .and_then(Value::as_object)
+            .filter(|a| a.keys().any(|key| kept(key, own)));
+        if labels.is_some() || annotations.is_some() {
+            out.serialize_entry(
+                "metadata",
+                &Meta {
+                    labels,
+                    annotations,
+                    own,
+                },
+            )?;
+        }
+        let status = Status {
+            body: self.body,
+            watched: self.cfg.watched,
+        };
+        if status.fields().next().is_some() {
+            out.serialize_entry("status", &status)?;
+        }
+        out.end()
+    }
+}
+
+/// Whether a labels value counts as absent.
+fn is_empty(value: &Value) -> bool {
+    value.is_null() || value.as_object().is_some_and(Map::is_empty)
+}
+
+/// The labels and the kept annotations.
+struct Meta<'a> {
+    /// `metadata.labels`, unless empty.
+    labels: Option<&'a Value>,
+    /// `metadata.annotations`, unless none is kept.
+    annotations: Option<&'a Map<String, Value>>,
+    /// The operator's annotation prefix.
+    own: &'a str,
+}
+
+impl Serialize for Meta<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut out = serializer.serialize_map(None)?;
+        if let Some(map) = self.annotations {
+            let own = self.own;
+            let keep = move |key: &str| kept(key, own);
+            out.serialize_entry("annotations", &Filtered { map, keep })?;
+        }
+        if let Some(labels) = self.labels {
+            out.serialize_entry("labels", &Canon(labels))?;
+        }
+        out.end()
+    }
+}
+
+/// The watched fields under `status`, by path.
+struct Status<'a> {
+    /// The body.
+    body: &'a Map<String, Value>,
+    /// The watched fields (those under `status` are taken).
+    watched: &'a [FieldPath],
+}
+
+impl<'a> Status<'a> {
+    /// The present watched values under `status`, by path.
+    fn fields(&self) -> impl Iterator<Item = (&'static str, &'a Value)> + '_ {
+        let status = self.body.get("status");
+        self.watched
+            .iter()
+            .filter(|field| field.segments.first() == Some(&"status"))
+            .filter_map(move |field| {
+                let rest = FieldPath {
+                    path: field.path,
+                    segments: field.segments.get(1..).unwrap_or_default(),
+                };
+                Some((field.path, lookup(status?, &rest)?))
+            })
+    }
+}
+
+impl Serialize for Status<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut out = serializer.serialize_map(None)?;
+        for (path, value) in self.fields() {
+            out.serialize_entry(path, &Canon(value))?;
+        }
+        out.end()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    use super::super::tests::SIZE;
+    use super::*;
+
+    const PHASE: FieldPath = FieldPath {
+        path: "status.phase",
+        segments: &["status", "phase"],
+    };
+    const WATCHED: [FieldPath; 2] = [SIZE, PHASE];
+    const CFG: EssenceCfg<'static> = EssenceCfg {
+        own_prefix: "kopf.dev/",
+        watched: &WATCHED,
+    };
+
+    fn body() -> Value {
+        json!({
+            "apiVersion": "kopf.dev/v1", "kind": "KopfExample",
+            "metadata": {"name": "a", "uid": "u1", "resourceVersion": "1", "labels": {"app": "x"}},
+            "spec": {"size": 3, "list": [1, {"b": 2, "a": 1}]},
+            "status": {"phase": "Ready", "other": 1},
+        })
+    }
+
+    fn d(v: &Value) -> u64 {
+        digest(v, &CFG)
+    }
+
+    #[test]
+    fn golden_digests_are_stable_across_builds() {
+        // The digest is persisted: these values may never change within format version 1.
+        assert_eq!(d(&json!({})), crate::core::hash::fnv64(b"{}"));
+        assert_eq!(
+            d(&body()),
+            crate::core::hash::fnv64(
+                br#"{"spec":{"list":[1,{"a":1,"b":2}],"size":3},"metadata":{"labels":{"app":"x"}},"status":{"status.phase":"Ready"}}"#
+            )
+        );
+        assert_eq!(d(&body()), 0xe333_b113_0188_3866);
+        assert_eq!(measure(&json!({"b": [true, null], "a": "é"})).0, 26);
+    }
+
+    #[test]
+    fn status_metadata_and_tool_annotations_are_outside() {
+        let mut changed = body();
+        changed["status"]["other"] = json!(2);
+        changed["status"]["handler"] = json!({"ok": true});
+        changed["apiVersion"] = json!("kopf.dev/v2");
+        let meta = &mut changed["metadata"];
+        meta["resourceVersion"] = json!("9");
+        meta["finalizers"] = json!(["kopf.dev/op"]);
+        meta["annotations"] = json!({
+            "kopf.dev/op.progress": "{}", "kopf.zalando.org/last-handled-configuration": "{}",
+            "kubectl.kubernetes.io/last-applied-configuration": "{}",
+        });
+        assert_eq!(d(&body()), d(&changed));
+        changed["metadata"]["labels"] = json!({});
+        let mut unlabelled = body();
+        unlabelled["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("labels");
+        assert_eq!(d(&unlabelled), d(&changed));
+    }
+
+    #[test]
+    fn spec_labels_other_annotations_and_watched_status_are_inside() {
+        let base = d(&body());
+        for (path, value) in [
+            ("/spec/size", json!(4)),
+            ("/spec/list/0", json!(1.0)),
+            ("/metadata/labels/app", json!("y")),
+            ("/status/phase", json!("Failed")),
+        ] {
+            let mut changed = body();
+            *changed.pointer_mut(path).unwrap() = value;
+            assert_ne!(base, d(&changed), "{path}");
+        }
+        let mut annotated = body();
+        annotated["metadata"]["annotations"] = json!({"team": "blue", "kopf.dev/x": "1"});
+        assert_ne!(base, d(&annotated));
+        let own = EssenceCfg {
+            own_prefix: "",
+            ..CFG
+        };
+        let mut ours = body();
+        ours["metadata"]["annotations"] = json!({"kopf.dev/x": "1"});
+        assert_eq!(digest(&ours, &CFG), base);
+        assert_ne!(digest(&ours, &own), digest(&body(), &own));
+        let mut data = body();
+        data["data"] = json!({"k": "v"});
+        assert_ne!(base, d(&data));
+        assert_ne!(d(&json!(1)), d(&json!("1")));
+    }
+
+    #[test]
+    fn watched_fields_are_looked_up_with_null_as_absent() {
+        let body = body();
+        let seen = observe(&body, &CFG);
+        assert_eq!(seen.digest, d(&body));
+        assert_eq!(seen.fields["spec.size"], Some(&json!(3)));
+        assert_eq!(seen.fields["status.phase"], Some(&json!("Ready")));
+        let deep = FieldPath {
+            path: "spec.size.x",
+            segments: &["spec", "size", "x"],
+        };
+        assert_eq!(lookup(&body, &deep), None);
+        assert_eq!(lookup(&json!({"spec": {"size": null}}), &SIZE), None);
+        assert_eq!(lookup(&json!([1]), &SIZE), None);
+    }
+
+    #[test]
+    fn floats_survive_their_round_trip_and_types_matter() {
+        assert!(same(&json!(0.1), &json!(0.1 + f64::EPSILON / 16.0)));
+        assert!(same(&json!({"a": [1, 2.5]}), &json!({"a": [1, 2.5]})));
+        assert!(!same(&json!(0.1), &json!(0.2)));
+        assert!(!same(&json!(3), &json!(3.0)));
+        assert!(!same(&json!({"a": 1}), &json!({"b": 1})));
+        assert!(!same(&json!([1]), &json!([1, 2])));
+    }
+
+    fn arb_json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>().prop_map(Value::from),
+            "\\PC{0,8}".prop_map(Value::from),
+            "[\"\\\\\u{0}-\u{1f}a\u{e9}]{0,6}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
+                prop::collection::btree_map("[a-c\"]{0,2}", inner, 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn measure_agrees_with_serde_json(value in arb_json()) {
+            let text = serde_json::to_string(&value).unwrap();
+            prop_assert_eq!(measure(&value), (text.len(), crate::core::hash::fnv64(text.as_bytes())));
+            if let Value::String(s) = &value {
+                prop_assert_eq!(json_str_len(s), text.len());
+            }
+        }
+    }
+}

@@ -1,0 +1,65 @@
+//! The format rules of the two annotations: compact JSON with a version `v` ([`VERSION`]).
+//! Reading never panics: a malformed value or another version is a [`DecodeError`], which the
+//! caller logs and reads as absent.
+
+use jiff::Timestamp;
+use serde_json::Value;
+
+use super::essence::{escaped_len, json_str_len};
+
+/// The format version this build writes and reads.
+pub(crate) const VERSION: u64 = 1;
+/// The most bytes of a stored message, as a JSON string without its quotes.
+pub(crate) const MESSAGE_CAP: usize = 200;
+
+/// Why a stored annotation cannot be read (the caller logs it and reads it as absent).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum DecodeError {
+    /// Not JSON at all.
+    #[error("not JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    /// Written by another version of the format.
+    #[error("format version {0} is unknown (this build reads version {VERSION})")]
+    Version(u64),
+    /// JSON, but not of the expected shape.
+    #[error("malformed `{0}`")]
+    Malformed(&'static str),
+}
+
+/// Parses a stored annotation and checks its `v`.
+///
+/// # Errors
+/// Not JSON, a missing or non-integer `v`, or another version.
+pub(crate) fn parse(text: &str) -> Result<Value, DecodeError> {
+    let json: Value = serde_json::from_str(text)?;
+    match json.get("v").map(Value::as_u64) {
+        Some(Some(VERSION)) => Ok(json),
+        Some(Some(other)) => Err(DecodeError::Version(other)),
+        _ => Err(DecodeError::Malformed("v")),
+    }
+}
+
+/// A stored time (RFC 3339).
+pub(crate) fn time(json: Option<&Value>) -> Option<Timestamp> {
+    json?.as_str()?.parse().ok()
+}
+
+/// `text` cut to at most [`MESSAGE_CAP`] bytes as a JSON string (a cut one ends with `…`).
+#[must_use]
+pub(crate) fn truncate_message(text: &str) -> String {
+    if json_str_len(text) - 2 <= MESSAGE_CAP {
+        return text.to_owned();
+    }
+    let room = MESSAGE_CAP - '…'.len_utf8();
+    let mut used = 0;
+    let mut out = String::new();
+    for c in text.chars() {
+        used += escaped_len(c);
+        if used > room {
+            break;
+        }
+        out.push(c);
+    }
+    out.push('…');
+    out
+}

@@ -1,0 +1,499 @@
+//! A change in flight (`<prefix><op>.progress`): its cause, its pinned target and one record per
+//! selected handler. It is absent at steady state.
+//!
+//! ```text
+//! {"c":"update","h":{"make_bucket":{"n":1,"st":"done"},
+//!  "set_acl":{"at":"…Z","m":"403 from S3","n":2,"s":"…Z","st":"wait"},"tag":{}},
+//!  "s":"2026-06-01T10:00:00Z","t":{…the target, a diff base…},"v":1}
+//! ```
+//!
+//! - `st` ∈ `done`, `failed`, `skip`, `wait`; absent: pending. `n`: attempts made (absent: 0).
+//!   `s`: the first attempt of a waiting handler (`retry_timeout` counts from it). `at`: its
+//!   next attempt. `m`: the last error of a waiting or failed handler, at most
+//!   [`MESSAGE_CAP`](super::format::MESSAGE_CAP) bytes of JSON.
+//! - Everything but the target takes at most [`PROGRESS_CAP`] bytes: a kind whose worst case
+//!   is larger is refused ([`super::worst_case`]); messages that do not fit are left out.
+//!
+//! [`merge`] joins two progress records, e.g. ours and the one re-read after a conflict. For one
+//! change (the same cause and target) each handler's record takes the more advanced one:
+//! `pending < wait(n) < wait(n+1) < skip < failed < done`. Of two different changes, a delete
+//! wins, then a fixed order of cause and target; the caller then re-decides.
+
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+
+use jiff::Timestamp;
+use serde_json::{Map, Value};
+
+use super::base::DiffBase;
+use super::essence::json_str_len;
+use super::format::{DecodeError, VERSION, parse, time, truncate_message};
+use super::{ChangeKind, Outcome};
+
+/// The most bytes of the progress annotation besides the target.
+pub(crate) const PROGRESS_CAP: usize = 8 * 1024;
+
+/// Where one handler is in a change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum State {
+    /// Not run yet in this change.
+    Pending,
+    /// Failed, to be retried at `at`.
+    Waiting {
+        /// The next attempt.
+        at: Timestamp,
+    },
+    /// Its filters did not match at its turn.
+    Skipped,
+    /// Failed for good (permanent, or out of retries).
+    Failed,
+    /// Succeeded (or an ignored error).
+    Done,
+}
+
+impl State {
+    /// Whether the handler is finished for this change.
+    #[must_use]
+    pub(crate) fn is_terminal(self) -> bool {
+        matches!(self, Self::Skipped | Self::Failed | Self::Done)
+    }
+
+    /// The rank in the merge order (then a waiting handler's next attempt).
+    fn rank(self) -> (u8, Option<Timestamp>) {
+        match self {
+            Self::Pending => (0, None),
+            Self::Waiting { at } => (1, Some(at)),
+            Self::Skipped => (2, None),
+            Self::Failed => (3, None),
+            Self::Done => (4, None),
+        }
+    }
+}
+
+/// One handler's record in a change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Record {
+    /// Where it is.
+    pub(crate) state: State,
+    /// The attempts made.
+    pub(crate) retries: u32,
+    /// When its first attempt began (kept while it waits).
+    pub(crate) started: Option<Timestamp>,
+    /// The last error, truncated (waiting and failed handlers).
+    pub(crate) message: Option<String>,
+}
+
+impl Record {
+    /// A handler that has not run.
+    pub(crate) const PENDING: Self = Self {
+        state: State::Pending,
+        retries: 0,
+        started: None,
+        message: None,
+    };
+
+    /// The record after an attempt that ended with `outcome` at `now` (Running → Done,
+    /// Waiting or Failed; see [`super::machine`]). It never goes back: a record that became
+    /// more advanced meanwhile (merged from another replica) stays.
+    #[must_use]
+    pub(crate) fn after(&self, outcome: Outcome<'_>, now: Timestamp) -> Self {
+        let retries = self.retries.saturating_add(1);
+        let (state, started, message) = match outcome {
+            Outcome::Succeeded | Outcome::Ignored => (State::Done, None, None),
+            Outcome::Retry { delay, message } => {
+                let at = now.saturating_add(delay).unwrap_or(Timestamp::MAX);
+                (State::Waiting { at }, self.started, Some(message))
+            }
+            Outcome::Failed { message } => (State::Failed, None, Some(message)),
+        };
+        let message = message.map(truncate_message);
+        self.join(&Self {
+            state,
+            retries,
+            started,
+            message,
+        })
+    }
+
+    /// The record of a handler whose filters did not match at its turn.
+    #[must_use]
+    pub(crate) fn skipped(&self) -> Self {
+        Self {
+            state: State::Skipped,
+            retries: self.retries,
+            ..Self::PENDING
+        }
+    }
+
+    /// The merge order: the state, then the attempts, then the rest (a total order).
+    fn rank(&self) -> impl Ord + '_ {
+        let message = self.message.as_deref();
+        (self.state.rank(), self.retries, self.started, message)
+    }
+
+    /// The more advanced of two records.
+    #[must_use]
+    pub(crate) fn join(&self, other: &Self) -> Self {
+        if other.rank() > self.rank() {
+            other.clone()
+        } else {
+            self.clone()
+        }
+    }
+
+    /// The record's JSON (`st`, `n`, `s`, `at`; the message is added by [`Progress::encode`]).
+    fn to_json(&self) -> Map<String, Value> {
+        let (name, at) = match self.state {
+            State::Pending => (None, None),
+            State::Waiting { at } => (Some("wait"), Some(at)),
+            State::Skipped => (Some("skip"), None),
+            State::Failed => (Some("failed"), None),
+            State::Done => (Some("done"), None),
+        };
+        let fields = [
+            ("at", at.map(|at| at.to_string().into())),
+            ("n", (self.retries > 0).then(|| self.retries.into())),
+            ("s", self.started.map(|s| s.to_string().into())),
+            ("st", name.map(Value::from)),
+        ];
+        let fields = fields.into_iter();
+        fields
+            .filter_map(|(key, value)| Some((key.to_owned(), value?)))
+            .collect()
+    }
+
+    /// Reads a record's JSON.
+    fn from_json(json: &Value) -> Result<Self, DecodeError> {
+        let bad = DecodeError::Malformed;
+        let map = json.as_object().ok_or(bad("h"))?;
+        let state = match map.get("st").map(Value::as_str) {
+            None => State::Pending,
+            Some(Some("wait")) => State::Waiting {
+                at: time(map.get("at")).ok_or(bad("h.at"))?,
+            },
+            Some(Some("skip")) => State::Skipped,
+            Some(Some("failed")) => State::Failed,
+            Some(Some("done")) => State::Done,
+            Some(_) => return Err(bad("h.st")),
+        };
+        let n = map
+            .get("n")
+            .map(|n| n.as_u64().and_then(|n| u32::try_from(n).ok()));
+        let started = map.get("s").map(|s| time(Some(s)).ok_or(bad("h.s")));
+        let message = map
+            .get("m")
+            .map(|m| m.as_str().map(truncate_message).ok_or(bad("h.m")));
+        Ok(Self {
+            state,
+            retries: n.unwrap_or(Some(0)).ok_or(bad("h.n"))?,
+            started: started.transpose()?,
+            message: message.transpose()?,
+        })
+    }
+}
+
+/// A change in flight.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Progress {
+    /// The cause: the kind of the handlers it runs.
+    pub(crate) cause: ChangeKind,
+    /// The version the change is pinned to (for create and update, the next base).
+    pub(crate) target: DiffBase,
+    /// When the change began.
+    pub(crate) started: Timestamp,
+    /// One record per selected handler, by id.
+    pub(crate) handlers: BTreeMap<String, Record>,
+}
+
+impl Progress {
+    /// Whether every handler is finished.
+    #[must_use]
+    pub(crate) fn is_finished(&self) -> bool {
+        self.handlers.values().all(|r| r.state.is_terminal())
+    }
+
+    /// Whether `other` is the same change (cause and target).
+    #[must_use]
+    pub(crate) fn same_change(&self, other: &Self) -> bool {
+        self.cause == other.cause && self.target == other.target
+    }
+
+    /// The annotation's value (compact JSON; messages that do not fit are left out).
+    #[must_use]
+    pub(crate) fn encode(&self) -> String {
+        let target = self.target.to_json();
+        let target_len = target.to_string().len();
+        let records = self.handlers.iter();
+        let records = records.map(|(id, r)| (id.clone(), Value::Object(r.to_json())));
+        let mut records: Map<String, Value> = records.collect();
+        let mut doc = Map::new();
+        doc.insert("c".to_owned(), self.cause.as_str().into());
+        doc.insert("s".to_owned(), self.started.to_string().into());
+        doc.insert("t".to_owned(), target);
+        doc.insert("v".to_owned(), VERSION.into());
+        doc.insert("h".to_owned(), Value::Object(records.clone()));
+        let bare = Value::Object(doc.clone()).to_string().len() - target_len;
+        let mut room = PROGRESS_CAP.saturating_sub(bare);
+        // The waiting handler's message first, then the failed ones'.
+        let mut messages: Vec<(&String, &Record)> = self.handlers.iter().collect();
+        messages.sort_by_key(|(_, r)| !matches!(r.state, State::Waiting { .. }));
+        for (id, record) in messages {
+            let (Some(message), Some(Value::Object(json))) = (&record.message, records.get_mut(id))
+            else {
+                continue;
+            };
+            let message = truncate_message(message);
+            // `,"m":"…"` (without the comma when the record was empty: one byte to spare).
+            let cost = 5 + json_str_len(&message);
+            if cost <= room {
+                room -= cost;
+                json.insert("m".to_owned(), message.into());
+            }
+        }
+        doc.insert("h".to_owned(), Value::Object(records));
+        Value::Object(doc).to_string()
+    }
+
+    /// Reads an annotation's value.
+    ///
+    /// # Errors
+    /// Not JSON, another version, or a malformed field.
+    pub(crate) fn decode(text: &str) -> Result<Self, DecodeError> {
+        let json = parse(text)?;
+        let cause = json
+            .get("c")
+            .and_then(Value::as_str)
+            .and_then(ChangeKind::parse)
+            .ok_or(DecodeError::Malformed("c"))?;
+        let target = DiffBase::from_json(json.get("t").ok_or(DecodeError::Malformed("t"))?)?;
+        let started = time(json.get("s")).ok_or(DecodeError::Malformed("s"))?;
+        let handlers = json
+            .get("h")
+            .and_then(Value::as_object)
+            .ok_or(DecodeError::Malformed("h"))?
+            .iter()
+            .map(|(id, record)| Ok((id.clone(), Record::from_json(record)?)))
+            .collect::<Result<_, DecodeError>>()?;
+        Ok(Self {
+            cause,
+            target,
+            started,
+            handlers,
+        })
+    }
+}
+
+/// The order of two different changes: a delete first, then by cause and target.
+fn change_order(a: &Progress, b: &Progress) -> Ordering {
+    let key = |p: &Progress| (p.cause == ChangeKind::Delete, p.cause, p.target.digest);
+    key(a)
+        .cmp(&key(b))
+        .then_with(|| a.target.encode().cmp(&b.target.encode()))
+}
+
+/// The join of two progress records: commutative, idempotent, associative, and never behind
+/// either input (see the module docs).
+#[must_use]
+pub(crate) fn merge(a: &Progress, b: &Progress) -> Progress {
+    if !a.same_change(b) {
+        return match change_order(a, b) {
+            Ordering::Less => b.clone(),
+            _ => a.clone(),
+        };
+    }
+    let mut merged = a.clone();
+    for (id, theirs) in &b.handlers {
+        let ours = merged.handlers.entry(id.clone());
+        ours.and_modify(|ours| *ours = ours.join(theirs))
+            .or_insert_with(|| theirs.clone());
+    }
+    merged.started = merged.started.min(b.started);
+    merged
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    use super::super::base::Stored;
+    use super::super::tests::t;
+    use super::State::{Done, Failed, Pending, Skipped, Waiting};
+    use super::*;
+
+    fn target(digest: u64) -> DiffBase {
+        let size = ("spec.size".to_owned(), Stored::Value(json!(digest % 3)));
+        let fields = [size].into_iter().collect();
+        DiffBase { digest, fields }
+    }
+
+    fn rec(state: State, retries: u32, started: Option<i64>, message: Option<&str>) -> Record {
+        let (started, message) = (started.map(t), message.map(str::to_owned));
+        let base = Record {
+            state,
+            retries,
+            ..Record::PENDING
+        };
+        Record {
+            started,
+            message,
+            ..base
+        }
+    }
+
+    fn sample() -> Progress {
+        let waiting = rec(Waiting { at: t(60) }, 2, Some(1), Some("403 from S3"));
+        let handlers = [
+            ("make_bucket", rec(Done, 1, None, None)),
+            ("set_acl", waiting),
+            ("tag", Record::PENDING),
+        ];
+        let handlers = handlers.into_iter().map(|(id, r)| (id.to_owned(), r));
+        Progress {
+            cause: ChangeKind::Update,
+            target: target(0x9f2c),
+            started: t(0),
+            handlers: handlers.collect(),
+        }
+    }
+
+    #[test]
+    fn the_encoding_is_compact_and_round_trips() {
+        let text = sample().encode();
+        assert_eq!(
+            text,
+            r#"{"c":"update","h":{"make_bucket":{"n":1,"st":"done"},"set_acl":{"at":"2026-05-28T20:27:40Z","m":"403 from S3","n":2,"s":"2026-05-28T20:26:41Z","st":"wait"},"tag":{}},"s":"2026-05-28T20:26:40Z","t":{"d":"0000000000009f2c","f":{"spec.size":2}},"v":1}"#
+        );
+        assert_eq!(Progress::decode(&text).unwrap(), sample());
+    }
+
+    /// The rows "Running(n) | outcome" of the transition table ([`super::super::machine`]).
+    #[test]
+    fn an_attempt_moves_a_record_out_of_running() {
+        let retry = Outcome::Retry {
+            delay: Duration::from_secs(5),
+            message: "503",
+        };
+        let failed = Outcome::Failed { message: "403" };
+        let waiting = rec(Waiting { at: t(10) }, 1, Some(2), Some("503"));
+        let running = rec(Pending, 0, Some(10), None);
+        #[rustfmt::skip]
+        let rows = [
+            ("Running(0), succeeded", &running, Outcome::Succeeded, rec(Done, 1, None, None)),
+            ("Running(1), succeeded", &waiting, Outcome::Succeeded, rec(Done, 2, None, None)),
+            ("Running(0), retry", &running, retry, rec(Waiting { at: t(15) }, 1, Some(10), Some("503"))),
+            ("Running(1), retry", &waiting, retry, rec(Waiting { at: t(15) }, 2, Some(2), Some("503"))),
+            ("Running(0), failed", &running, failed, rec(Failed, 1, None, Some("403"))),
+            ("Running(0), ignored", &running, Outcome::Ignored, rec(Done, 1, None, None)),
+            ("already done elsewhere", &rec(Done, 1, None, None), retry, rec(Done, 1, None, None)),
+        ];
+        for (row, from, outcome, to) in rows {
+            assert_eq!(from.after(outcome, t(10)), to, "row {row}");
+        }
+        assert_eq!(waiting.skipped(), rec(Skipped, 1, None, None));
+    }
+
+    #[test]
+    fn bad_input_is_an_error_value() {
+        let ok = sample().encode();
+        #[rustfmt::skip]
+        let cases = [
+            ("{", "not JSON"),
+            (r#"{"v":7}"#, "format version 7 is unknown"),
+            (r#"{"v":1.5}"#, "malformed `v`"),
+            (&ok.replace(r#""c":"update""#, r#""c":"upgrade""#), "malformed `c`"),
+            (&ok.replace(r#""t":{"d":"0000000000009f2c","#, r#""t":{"#), "malformed `d`"),
+            (&ok.replace(r#""s":"2026-05-28T20:26:40Z""#, r#""s":"today""#), "malformed `s`"),
+            (&ok.replace(r#""tag":{}"#, r#""tag":[]"#), "malformed `h`"),
+            (&ok.replace(r#""st":"done""#, r#""st":"gone""#), "malformed `h.st`"),
+            (&ok.replace(r#""n":2"#, r#""n":4294967296"#), "malformed `h.n`"),
+            (&ok.replace(r#""at":"2026-05-28T20:27:40Z","#, ""), "malformed `h.at`"),
+            (&ok.replace(r#""s":"2026-05-28T20:26:41Z""#, r#""s":1"#), "malformed `h.s`"),
+            (&ok.replace(r#""m":"403 from S3""#, r#""m":403"#), "malformed `h.m`"),
+        ];
+        for (text, error) in cases {
+            let err = Progress::decode(text).unwrap_err().to_string();
+            assert!(err.starts_with(error), "{text}: {err}");
+        }
+    }
+
+    #[test]
+    fn of_two_changes_a_delete_wins_and_one_change_joins() {
+        let delete = Progress {
+            cause: ChangeKind::Delete,
+            target: target(1),
+            ..sample()
+        };
+        assert_eq!(merge(&sample(), &delete), delete);
+        assert_eq!(merge(&delete, &sample()), delete);
+        let (mut done, finished) = (sample(), rec(Done, 3, None, None));
+        done.handlers.insert("set_acl".to_owned(), finished.clone());
+        done.started = t(-5);
+        let merged = merge(&sample(), &done);
+        assert_eq!(merged.handlers["set_acl"], finished);
+        assert_eq!(merged.started, t(-5));
+    }
+
+    fn arb_record() -> impl Strategy<Value = Record> {
+        let state = prop_oneof![
+            Just(Pending),
+            (0..3_i64).prop_map(|s| Waiting { at: t(s) }),
+            Just(Skipped),
+            Just(Failed),
+            Just(Done),
+        ];
+        let message = prop::option::of(prop_oneof![Just("a"), Just("b\n\"")]);
+        (state, 0..3_u32, prop::option::of(0..2_i64), message)
+            .prop_map(|(state, n, started, message)| rec(state, n, started, message))
+    }
+
+    fn arb_progress() -> impl Strategy<Value = Progress> {
+        let cause = prop_oneof![Just(ChangeKind::Update), Just(ChangeKind::Delete)];
+        let handlers = prop::collection::btree_map("[abc]", arb_record(), 0..4);
+        (cause, 0..2_u64, 0..3_i64, handlers).prop_map(|(cause, digest, s, handlers)| {
+            let sample = Progress {
+                cause,
+                handlers,
+                ..sample()
+            };
+            Progress {
+                target: target(digest),
+                started: t(s),
+                ..sample
+            }
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn progress_round_trips(p in arb_progress()) {
+            prop_assert_eq!(Progress::decode(&p.encode()).unwrap(), p);
+        }
+
+        #[test]
+        fn merge_is_commutative_idempotent_and_associative(
+            a in arb_progress(), b in arb_progress(), c in arb_progress(),
+        ) {
+            prop_assert_eq!(merge(&a, &b), merge(&b, &a));
+            prop_assert_eq!(merge(&a, &a), a.clone());
+            prop_assert_eq!(merge(&merge(&a, &b), &c), merge(&a, &merge(&b, &c)));
+        }
+
+        #[test]
+        fn merge_is_monotone(a in arb_progress(), b in arb_progress(), c in arb_progress()) {
+            let ab = merge(&a, &b);
+            // Never behind an input: merging an input again changes nothing.
+            prop_assert_eq!(merge(&ab, &a), ab.clone());
+            prop_assert_eq!(merge(&ab, &b), ab.clone());
+            if ab.same_change(&a) {
+                for (id, mine) in &a.handlers {
+                    prop_assert_eq!(mine.join(&ab.handlers[id]), ab.handlers[id].clone());
+                }
+            }
+            // Order-preserving: a ≤ a ∨ b implies a ∨ c ≤ (a ∨ b) ∨ c.
+            prop_assert_eq!(merge(&merge(&a, &c), &merge(&ab, &c)), merge(&ab, &c));
+        }
+    }
+}

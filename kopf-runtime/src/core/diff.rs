@@ -1,0 +1,261 @@
+//! What a change handler learns about the change it is called for: the object as last handled
+//! (when this process still has it), the watched field's old and new values, and the diff of
+//! the object's essence. Kubernetes-free: it only reads JSON bodies.
+//!
+//! The essence of an object is what its owner changes: every top-level field except
+//! `apiVersion`, `kind`, `metadata` and `status`, plus `metadata.labels` and
+//! `metadata.annotations`. A status update or a `resourceVersion` bump is not a change.
+
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+
+use super::object::ObjectState;
+
+/// The change an invocation of a change handler is for (`Invocation::change`).
+///
+/// ```
+/// use kopf_runtime::engine::ChangeContext;
+/// let context = ChangeContext::default();
+/// assert!(context.old.is_none() && context.field.is_none());
+/// ```
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct ChangeContext {
+    /// The object as this process last handled it: `None` for a create, a resume, and after a
+    /// restart or a handover (the stored diff base keeps a digest, not the object).
+    pub old: Option<Arc<ObjectState>>,
+    /// The watched field's values, for `#[on_update(field = "...")]`.
+    pub field: Option<FieldValues>,
+}
+
+impl ChangeContext {
+    /// A context with the old object and the watched field's values.
+    ///
+    /// ```
+    /// let context = kopf_runtime::engine::ChangeContext::new(None, None);
+    /// assert!(context.old.is_none());
+    /// ```
+    #[must_use]
+    pub fn new(old: Option<Arc<ObjectState>>, field: Option<FieldValues>) -> Self {
+        Self { old, field }
+    }
+}
+
+/// A watched field's value before and after the change (`None`: absent or `null`).
+///
+/// ```
+/// use kopf_runtime::engine::FieldValues;
+/// let values = FieldValues { old: Some(1.into()), new: Some(2.into()), old_elided: false };
+/// assert_ne!(values.old, values.new);
+/// ```
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct FieldValues {
+    /// The value when the object was last handled.
+    pub old: Option<Value>,
+    /// The value now.
+    pub new: Option<Value>,
+    /// The old value was too large to keep (over 16 KiB): `old` is `None` though it was set.
+    pub old_elided: bool,
+}
+
+/// What happened at one path of the essence.
+///
+/// ```
+/// assert_ne!(kopf_runtime::DiffOp::Add, kopf_runtime::DiffOp::Remove);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DiffOp {
+    /// The path was absent and is set now.
+    Add,
+    /// The path had another value.
+    Change,
+    /// The path was set and is absent now.
+    Remove,
+}
+
+/// One difference: the path (object keys; array elements are compared whole), its old value
+/// and its new one.
+///
+/// ```
+/// use kopf_runtime::{Diff, DiffOp};
+/// let diff = Diff::between(&serde_json::json!({"spec": {"a": 1}}), &serde_json::json!({"spec": {"a": 2}}));
+/// let item = &diff.items()[0];
+/// assert_eq!((item.op, item.path.as_slice()), (DiffOp::Change, &["spec".to_owned(), "a".to_owned()][..]));
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct DiffItem {
+    /// Added, changed or removed.
+    pub op: DiffOp,
+    /// The keys from the object's root.
+    pub path: Vec<String>,
+    /// The value before (`None` for an addition).
+    pub old: Option<Value>,
+    /// The value after (`None` for a removal).
+    pub new: Option<Value>,
+}
+
+/// The change of an object's essence, as kopf's `diff`: the smallest paths whose values
+/// differ, in key order. Injected into `#[on_update]` handlers; it is known only when this
+/// process saw the object as last handled (see [`Diff::is_known`]).
+///
+/// ```
+/// use kopf_runtime::Diff;
+/// let old = serde_json::json!({"metadata": {"resourceVersion": "1"}, "spec": {"size": 1}});
+/// let new = serde_json::json!({"metadata": {"resourceVersion": "2"}, "spec": {"size": 2}, "status": {"x": 1}});
+/// let diff = Diff::between(&old, &new);
+/// assert_eq!(diff.items().len(), 1, "neither metadata.resourceVersion nor status counts");
+/// ```
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Diff {
+    items: Vec<DiffItem>,
+    known: bool,
+}
+
+impl Diff {
+    /// The diff of two objects' essences.
+    ///
+    /// ```
+    /// let same = serde_json::json!({"spec": {"a": [1, 2]}});
+    /// assert!(kopf_runtime::Diff::between(&same, &same).items().is_empty());
+    /// ```
+    #[must_use]
+    pub fn between(old: &Value, new: &Value) -> Self {
+        let mut items = Vec::new();
+        let (old, new) = (essence(old), essence(new));
+        walk(&mut Vec::new(), Some(&old), Some(&new), &mut items);
+        Self { items, known: true }
+    }
+
+    /// A diff this process cannot tell (it did not see the object as last handled: after a
+    /// restart or a handover).
+    ///
+    /// ```
+    /// assert!(!kopf_runtime::Diff::unknown().is_known());
+    /// ```
+    #[must_use]
+    pub fn unknown() -> Self {
+        Self::default()
+    }
+
+    /// The differences, in key order.
+    #[must_use]
+    pub fn items(&self) -> &[DiffItem] {
+        &self.items
+    }
+
+    /// Whether the diff is known: `false` when the old object was not available (the change
+    /// is real, but its details are not; a `field` handler's [`FieldChange`](crate::FieldChange)
+    /// is always known).
+    #[must_use]
+    pub fn is_known(&self) -> bool {
+        self.known
+    }
+}
+
+/// The essence of a body (see the module docs).
+fn essence(body: &Value) -> Value {
+    let mut out = Map::new();
+    let Some(object) = body.as_object() else {
+        return Value::Object(out);
+    };
+    for (key, value) in object {
+        if !matches!(key.as_str(), "apiVersion" | "kind" | "metadata" | "status") {
+            out.insert(key.clone(), value.clone());
+        }
+    }
+    let mut meta = Map::new();
+    for key in ["labels", "annotations"] {
+        if let Some(value) = object.get("metadata").and_then(|m| m.get(key)) {
+            meta.insert(key.to_owned(), value.clone());
+        }
+    }
+    if !meta.is_empty() {
+        out.insert("metadata".to_owned(), Value::Object(meta));
+    }
+    Value::Object(out)
+}
+
+/// Collects the differences under `path`: objects are compared key by key, anything else whole.
+fn walk(path: &mut Vec<String>, old: Option<&Value>, new: Option<&Value>, out: &mut Vec<DiffItem>) {
+    let (old, new) = (old.filter(|v| !v.is_null()), new.filter(|v| !v.is_null()));
+    match (old, new) {
+        (Some(Value::Object(a)), Some(Value::Object(b))) => {
+            let mut keys: Vec<&String> = a.keys().chain(b.keys()).collect();
+            keys.sort();
+            keys.dedup();
+            for key in keys {
+                path.push(key.clone());
+                walk(path, a.get(key), b.get(key), out);
+                path.pop();
+            }
+        }
+        (None, None) => {}
+        (a, b) if a == b => {}
+        (a, b) => out.push(DiffItem {
+            op: match (a, b) {
+                (None, _) => DiffOp::Add,
+                (_, None) => DiffOp::Remove,
+                _ => DiffOp::Change,
+            },
+            path: path.clone(),
+            old: a.cloned(),
+            new: b.cloned(),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::{Diff, DiffOp};
+
+    fn ops(old: &serde_json::Value, new: &serde_json::Value) -> Vec<(DiffOp, String)> {
+        let diff = Diff::between(old, new);
+        diff.items()
+            .iter()
+            .map(|i| (i.op, i.path.join(".")))
+            .collect()
+    }
+
+    #[test]
+    fn additions_changes_and_removals_at_the_smallest_paths() {
+        let old = json!({"spec": {"a": 1, "b": {"c": "x"}, "gone": true, "list": [1, 2]}});
+        let new = json!({"spec": {"a": 2, "b": {"c": "x", "d": "y"}, "list": [1, 3]}});
+        assert_eq!(
+            ops(&old, &new),
+            [
+                (DiffOp::Change, "spec.a".to_owned()),
+                (DiffOp::Add, "spec.b.d".to_owned()),
+                (DiffOp::Remove, "spec.gone".to_owned()),
+                (DiffOp::Change, "spec.list".to_owned()),
+            ]
+        );
+    }
+
+    #[test]
+    fn metadata_counts_only_for_labels_and_annotations_and_status_never() {
+        let old = json!({"metadata": {"name": "a", "resourceVersion": "1", "labels": {"x": "1"}},
+            "status": {"n": 1}});
+        let new = json!({"metadata": {"name": "a", "resourceVersion": "9", "labels": {"x": "2"},
+            "generation": 3}, "status": {"n": 2}});
+        assert_eq!(
+            ops(&old, &new),
+            [(DiffOp::Change, "metadata.labels.x".to_owned())]
+        );
+    }
+
+    #[test]
+    fn null_is_absent_and_a_type_change_is_a_change() {
+        assert!(ops(&json!({"spec": {"a": null}}), &json!({"spec": {}})).is_empty());
+        assert_eq!(
+            ops(
+                &json!({"spec": {"a": {"b": 1}}}),
+                &json!({"spec": {"a": 5}})
+            ),
+            [(DiffOp::Change, "spec.a".to_owned())]
+        );
+        assert!(Diff::between(&json!(1), &json!(2)).is_known());
+    }
+}

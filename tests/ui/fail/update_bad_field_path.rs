@@ -1,0 +1,11 @@
+#![allow(unused)]
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+use kopf_runtime::on_update;
+
+#[on_update(field = "spec..nodeName")]
+async fn update(pod: Arc<Pod>) {}
+
+fn main() {}
