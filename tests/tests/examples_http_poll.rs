@@ -318,7 +318,10 @@ async fn a_slow_endpoint_times_out_and_the_next_cycle_runs() -> anyhow::Result<(
     let transit = Duration::from_millis(50);
     for pair in hits[..3].windows(2) {
         let gap = pair[1] - pair[0];
-        assert!(gap + transit >= cut && gap < cut + Duration::from_secs(5), "{hits:?}");
+        assert!(
+            gap + transit >= cut && gap < cut + Duration::from_secs(5),
+            "{hits:?}"
+        );
     }
     // The next cycle: one interval after the end of the last (timed-out) attempt.
     assert!(
