@@ -5,10 +5,9 @@
 mod operator_common;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use kopf_examples::crd::KopfExample;
-use kopf_runtime::{Data, HandlerError, LeaderElection, Operator, Role, Stopper, on_create};
+use kopf_runtime::{Data, HandlerError, Operator, Role, Stopper, on_create};
 use kopf_tests::{TestNamespace, wait_until};
 use operator_common::*;
 
@@ -44,14 +43,6 @@ async fn handover_second(
     Ok(())
 }
 
-fn election(ns: &TestNamespace, identity: &str) -> LeaderElection {
-    LeaderElection::new("kopf-tests-changes", ns.name())
-        .lease_duration(Duration::from_secs(2))
-        .renew_deadline(Duration::from_millis(1500))
-        .retry_period(Duration::from_millis(500))
-        .identity(identity)
-}
-
 async fn replica(
     ns: &TestNamespace,
     id: &'static str,
@@ -61,7 +52,7 @@ async fn replica(
         .await?
         .data(journal.clone())
         .data(Replica(id))
-        .leader_election(election(ns, id))
+        .leader_election(short_election("kopf-tests-changes", ns, id))
         .start()
         .await?)
 }

@@ -51,11 +51,7 @@ async fn election_daemon(
 
 /// Short settings, as the multi-replica tests use: 2 s lease, 1.5 s renew deadline, 0.5 s retry.
 fn election(ns: &TestNamespace, identity: &str) -> LeaderElection {
-    LeaderElection::new("kopf-tests-election", ns.name())
-        .lease_duration(Duration::from_secs(2))
-        .renew_deadline(Duration::from_millis(1500))
-        .retry_period(Duration::from_millis(500))
-        .identity(identity)
+    short_election("kopf-tests-election", ns, identity)
 }
 
 async fn replica(

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use kopf_examples::crd::{KopfExample, KopfExampleSpec};
-use kopf_runtime::{Operator, OperatorBuilder, Registry};
+use kopf_runtime::{LeaderElection, Operator, OperatorBuilder, Registry};
 use kopf_tests::{
     TestNamespace, install_crd, is_not_found, test_client, test_config, try_wait_for, wait_until,
 };
@@ -104,6 +104,16 @@ pub fn init_test_logging() {
             .with_test_writer()
             .try_init();
     }
+}
+
+/// Leader election over the Lease `lease` in `ns`, with the short settings of the multi-replica
+/// tests: 2 s lease, 1.5 s renew deadline, 0.5 s retry.
+pub fn short_election(lease: &str, ns: &TestNamespace, identity: &str) -> LeaderElection {
+    LeaderElection::new(lease, ns.name())
+        .lease_duration(Duration::from_secs(2))
+        .renew_deadline(Duration::from_millis(1500))
+        .retry_period(Duration::from_millis(500))
+        .identity(identity)
 }
 
 /// A builder limited to `ns` and the handlers `ids`, with the test server's configuration.
