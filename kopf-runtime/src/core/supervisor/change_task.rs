@@ -16,9 +16,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use jiff::Timestamp;
 use tokio::time::Instant;
 
+use super::cron::{monotonic, monotonic_past};
 use super::invoke::{Attempt, AttemptEnd};
 use super::policy::Verdict;
 use super::runner::Runner;
@@ -138,11 +138,12 @@ impl ChangeTask {
                 let shared = Arc::clone(&self.shared);
                 let mut runner = Runner::new(&self.inner, entry, index, shared);
                 runner.change = Some(context);
-                Next::Run(Box::new(runner), retries, monotonic(started, now))
+                let clock = &self.inner.config.wall_clock;
+                Next::Run(Box::new(runner), retries, monotonic_past(clock, started))
             }
             Step::Wait { index, at } => {
                 self.current = Some(index);
-                Next::Wait(monotonic(at, now), live)
+                Next::Wait(monotonic(&self.inner.config.wall_clock, at), live)
             }
             // One task per object: another handler cannot be running.
             Step::Running { .. } => Next::Exit(Exit::Exited),
@@ -280,17 +281,5 @@ impl Judged {
             },
             Self::Failed(message) => Outcome::Failed { message },
         }
-    }
-}
-
-/// The monotonic instant of a wall-clock time (`now` is the wall clock's present).
-fn monotonic(at: Timestamp, now: Timestamp) -> Instant {
-    let present = Instant::now();
-    let ahead = at.duration_since(now);
-    if ahead.is_negative() {
-        let behind = Duration::try_from(ahead.abs()).unwrap_or(Duration::ZERO);
-        present.checked_sub(behind).unwrap_or(present)
-    } else {
-        present + Duration::try_from(ahead).unwrap_or(Duration::ZERO)
     }
 }

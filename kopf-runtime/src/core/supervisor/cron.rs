@@ -159,13 +159,13 @@ fn latest_missed(
 }
 
 /// When the wall clock will read `at`, on the monotonic clock (now if it is past).
-fn monotonic(clock: &WallClock, at: Timestamp) -> Instant {
+pub(super) fn monotonic(clock: &WallClock, at: Timestamp) -> Instant {
     let ahead = at.duration_since(clock.now());
     Instant::now() + Duration::try_from(ahead).unwrap_or_default()
 }
 
 /// When the wall clock read `at` (now if it is still ahead), on the monotonic clock.
-fn monotonic_past(clock: &WallClock, at: Timestamp) -> Instant {
+pub(super) fn monotonic_past(clock: &WallClock, at: Timestamp) -> Instant {
     let now = Instant::now();
     let behind = Duration::try_from(clock.now().duration_since(at)).unwrap_or_default();
     now.checked_sub(behind).unwrap_or(now)
