@@ -3,7 +3,7 @@
 use crate::core::sync::lock;
 use std::any::{Any, TypeId};
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -59,6 +59,9 @@ pub struct ObjectState {
     reference: ObjectRef,
     deleting: bool,
     body: Arc<Value>,
+    /// The first type decoded (nearly always the only one): read without a lock.
+    first: OnceLock<(TypeId, Decoded)>,
+    /// Any further types.
     decoded: Mutex<Vec<(TypeId, Decoded)>>,
     /// Whether the body was reduced to the identity (see [`ObjectState::identity_only`]).
     identity_only: bool,
@@ -102,6 +105,7 @@ impl ObjectState {
             reference,
             deleting,
             body: Arc::new(body),
+            first: OnceLock::new(),
             decoded: Mutex::new(Vec::new()),
             identity_only: false,
         })
@@ -152,6 +156,7 @@ impl ObjectState {
             reference: self.reference.clone(),
             deleting: self.deleting,
             body: Arc::new(serde_json::json!({ "metadata": meta })),
+            first: OnceLock::new(),
             decoded: Mutex::new(Vec::new()),
             identity_only: true,
         }
@@ -230,18 +235,25 @@ impl ObjectState {
     where
         K: DeserializeOwned + Send + Sync + 'static,
     {
-        let mut cache = lock(&self.decoded);
         let tid = TypeId::of::<K>();
-        let entry = if let Some((_, d)) = cache.iter().find(|(t, _)| *t == tid) {
-            d.clone()
-        } else {
-            let d: Decoded = K::deserialize(&*self.body)
+        let decode = || -> Decoded {
+            K::deserialize(&*self.body)
                 .map(|k| Arc::new(k) as Arc<dyn Any + Send + Sync>)
-                .map_err(Arc::new);
-            cache.push((tid, d.clone()));
-            d
+                .map_err(Arc::new)
         };
-        drop(cache);
+        let (first_tid, first) = self.first.get_or_init(|| (tid, decode()));
+        let entry = if *first_tid == tid {
+            first.clone()
+        } else {
+            let mut cache = lock(&self.decoded);
+            if let Some((_, d)) = cache.iter().find(|(t, _)| *t == tid) {
+                d.clone()
+            } else {
+                let d = decode();
+                cache.push((tid, d.clone()));
+                d
+            }
+        };
         entry.map(|any| {
             // The entry under TypeId::of::<K>() always holds a K.
             any.downcast::<K>()
