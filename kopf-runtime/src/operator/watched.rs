@@ -13,6 +13,7 @@ use std::sync::Arc;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::api::ApiResource;
 use kube::core::DynamicResourceScope;
+use serde::de::DeserializeSeed as _;
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -75,7 +76,10 @@ impl From<Essentials> for ObjectMeta {
 impl Watched {
     /// Decodes one item from its raw JSON text.
     pub(crate) fn from_raw(raw: &str) -> Self {
-        match serde_json::from_str::<Value>(raw) {
+        // Without `metadata.managedFields` (never kept, and often most of a small object); a
+        // body that is not an object with an object `metadata` is read as it is.
+        let parsed = parse_without_managed_fields(raw).or_else(|_| serde_json::from_str(raw));
+        match parsed {
             Ok(body) => {
                 let meta = body
                     .get("metadata")
@@ -109,6 +113,55 @@ impl Watched {
     /// finalizers), also of an unusable object.
     pub(crate) fn meta(&self) -> &ObjectMeta {
         &self.meta
+    }
+}
+
+/// Parses an object's body, skipping `metadata.managedFields` without building it. Fails
+/// (for the caller to parse it as it is) unless the body and its `metadata` are objects.
+fn parse_without_managed_fields(raw: &str) -> serde_json::Result<Value> {
+    let mut deserializer = serde_json::Deserializer::from_str(raw);
+    let value = Fields { metadata: true }.deserialize(&mut deserializer)?;
+    deserializer.end()?;
+    Ok(value)
+}
+
+/// A JSON object read key by key: the root (whose `metadata` is read as a [`Fields`] that
+/// skips `managedFields`), or `metadata`.
+#[derive(Clone, Copy)]
+struct Fields {
+    /// The root: `metadata` is read without its `managedFields`.
+    metadata: bool,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for Fields {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Fields {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut access: A) -> Result<Value, A::Error> {
+        let mut map = serde_json::Map::new();
+        while let Some(key) = access.next_key::<String>()? {
+            let value = match key.as_str() {
+                "metadata" if self.metadata => access.next_value_seed(Self { metadata: false })?,
+                "managedFields" if !self.metadata => {
+                    access.next_value::<serde::de::IgnoredAny>()?;
+                    continue;
+                }
+                _ => access.next_value::<Value>()?,
+            };
+            map.insert(key, value);
+        }
+        Ok(Value::Object(map))
     }
 }
 
@@ -198,6 +251,30 @@ mod tests {
         assert!(
             !format!("{deep:?}").contains("\"a\""),
             "the body is never printed"
+        );
+    }
+
+    #[test]
+    fn managed_fields_are_skipped_while_parsing_and_other_bodies_read_as_they_are() {
+        let raw = r#"{"kind":"X","metadata":{"name":"a","uid":"u","managedFields":[{"manager":"m",
+            "fieldsV1":{"f:spec":{}}}],"labels":{"l":"1"}},"spec":{"managedFields":1}}"#;
+        let body = Watched::from_raw(raw).body.unwrap();
+        let expected = serde_json::json!({"kind": "X", "metadata": {"name": "a", "uid": "u",
+            "labels": {"l": "1"}}, "spec": {"managedFields": 1}});
+        assert_eq!(body, expected);
+        // Positive control: the same text parsed as it is keeps them.
+        let full: Value = serde_json::from_str(raw).unwrap();
+        assert!(full["metadata"].get("managedFields").is_some());
+        // Not an object, or a `metadata` that is not one: read as it is (reported later).
+        assert_eq!(
+            Watched::from_raw("[1]").body.unwrap(),
+            serde_json::json!([1])
+        );
+        let odd = Watched::from_raw(r#"{"metadata":7,"a":1}"#).body.unwrap();
+        assert_eq!(odd, serde_json::json!({"metadata": 7, "a": 1}));
+        assert!(
+            Watched::from_raw(r#"{"a":1} x"#).body.is_err(),
+            "trailing text"
         );
     }
 
