@@ -36,9 +36,9 @@ impl Scratch {
 /// direct use: a hand-written handler builds its [`Call`] itself.
 #[derive(Debug)]
 pub struct PreparedCall {
+    /// Its span is moved into the call (not cloned): the rest is dropped before the handler runs.
     invocation: Invocation,
     scratch: Arc<Scratch>,
-    span: tracing::Span,
 }
 
 impl PreparedCall {
@@ -46,14 +46,12 @@ impl PreparedCall {
     /// instance's span.
     #[must_use]
     pub fn new(mut invocation: Invocation) -> Self {
-        let span = invocation.span.clone();
         let scratch = Arc::new(Scratch::default());
         // Scoped: inserting into the shared map would copy it on every invocation.
         invocation.services.insert_scoped_arc(Arc::clone(&scratch));
         Self {
             invocation,
             scratch,
-            span,
         }
     }
 
@@ -70,10 +68,9 @@ impl PreparedCall {
     {
         let Self {
             scratch,
-            span,
             invocation,
         } = self;
-        drop(invocation);
+        let span = invocation.span;
         Call::Async(Box::pin(
             async move { finish(&scratch, future.await) }.instrument(span),
         ))
@@ -86,10 +83,9 @@ impl PreparedCall {
     {
         let Self {
             scratch,
-            span,
             invocation,
         } = self;
-        drop(invocation);
+        let span = invocation.span;
         Call::Blocking(Box::new(move || span.in_scope(|| finish(&scratch, body()))))
     }
 }
