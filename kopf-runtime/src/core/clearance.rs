@@ -26,6 +26,11 @@ impl Clearance {
         Self(until)
     }
 
+    /// Whether an invocation may start now (the check [`Clearance::wait`] begins with).
+    pub(crate) fn is_clear(&self) -> bool {
+        self.0.borrow().is_some_and(|until| Instant::now() < until)
+    }
+
     /// Waits until an invocation may start now (`true`), or `stopper` is set first (`false`).
     ///
     /// # Cancellation safety

@@ -51,44 +51,39 @@ enum Work {
 }
 
 impl Work {
-    /// Calls the handler and starts its work (a thread for a blocking call).
+    /// Calls the handler and starts its work (a thread for a blocking call: boxed, so that an
+    /// async handler's invocation future is not sized for it).
     async fn start(
         runner: &Runner,
         invocation: Invocation,
         permit: Option<OwnedSemaphorePermit>,
     ) -> Result<Self, (HandlerError, InvocationResult)> {
-        let failed = |err: HandlerError| {
-            let result = InvocationResult::of_error(&err);
-            (err, result)
-        };
-        let call = match catch_unwind(AssertUnwindSafe(|| runner.handler.invoke(invocation))) {
-            Ok(call) => call.map_err(failed)?,
-            Err(panic) => {
-                let err = runner.panicked(&panic_message(&panic));
-                return Err((err, InvocationResult::Panic));
-            }
-        };
-        match call {
+        match call(runner, invocation)? {
             Call::Async(fut) => Ok(Self::Async(AssertUnwindSafe(fut).catch_unwind())),
-            Call::Blocking(job) => {
-                let permit = match permit {
-                    Some(permit) => permit,
-                    None => runner.acquire_thread().await.ok_or_else(|| {
-                        failed(HandlerError::msg(
-                            "stopped while waiting for a dedicated thread",
-                        ))
-                    })?,
-                };
-                let name = format!("kopf:{}", runner.spec.id);
-                spawn_thread(name, permit, &runner.inner.threads, job)
-                    .map(Self::Thread)
-                    .map_err(|err| {
-                        failed(
-                            HandlerError::msg("cannot start a dedicated thread").with_source(err),
-                        )
-                    })
-            }
+            Call::Blocking(job) => Box::pin(Self::start_thread(runner, job, permit)).await,
         }
+    }
+
+    /// Starts a blocking handler's body on a dedicated thread (waiting for a slot if needed).
+    async fn start_thread(
+        runner: &Runner,
+        job: Box<dyn FnOnce() -> Outcome + Send + 'static>,
+        permit: Option<OwnedSemaphorePermit>,
+    ) -> Result<Self, (HandlerError, InvocationResult)> {
+        let permit = match permit {
+            Some(permit) => permit,
+            None => runner.acquire_thread().await.ok_or_else(|| {
+                failed(HandlerError::msg(
+                    "stopped while waiting for a dedicated thread",
+                ))
+            })?,
+        };
+        let name = format!("kopf:{}", runner.spec.id);
+        spawn_thread(name, permit, &runner.inner.threads, job)
+            .map(Self::Thread)
+            .map_err(|err| {
+                failed(HandlerError::msg("cannot start a dedicated thread").with_source(err))
+            })
     }
 
     /// Awaits the work while enforcing the timeout and stepping the stop ladder. Returns how it
@@ -205,6 +200,23 @@ impl Work {
     }
 }
 
+/// A failure to start an invocation, with how it is counted.
+fn failed(err: HandlerError) -> (HandlerError, InvocationResult) {
+    let result = InvocationResult::of_error(&err);
+    (err, result)
+}
+
+/// Calls the handler (a panic in the call is the handler's failure).
+fn call(runner: &Runner, invocation: Invocation) -> Result<Call, (HandlerError, InvocationResult)> {
+    match catch_unwind(AssertUnwindSafe(|| runner.handler.invoke(invocation))) {
+        Ok(call) => call.map_err(failed),
+        Err(panic) => {
+            let err = runner.panicked(&panic_message(&panic));
+            Err((err, InvocationResult::Panic))
+        }
+    }
+}
+
 /// How the driver left an invocation.
 enum Ended {
     Returned(Outcome),
@@ -218,16 +230,16 @@ impl Attempt {
     /// Runs the attempt to its end.
     pub(crate) async fn run(self, runner: &Runner) -> AttemptEnd {
         let attempt = self;
+        // The rare waits are boxed: the invocation future of a daemon lives as long as the
+        // daemon, so it is sized for what an async handler's invocation holds.
         if let Some(clearance) = runner.inner.clearance.get()
-            && !clearance.wait(&runner.shared.stopper).await
+            && !clearance.is_clear()
+            && !Box::pin(clearance.wait(&runner.shared.stopper)).await
         {
             return AttemptEnd::Stopped(Exit::Exited);
         }
-        if !runner.previous_thread_returned().await {
-            return AttemptEnd::Stopped(Exit::Exited);
-        }
         let permit = if runner.spec.blocking {
-            match runner.acquire_thread().await {
+            match Box::pin(runner.blocking_slot()).await {
                 Some(permit) => Some(permit),
                 None => return AttemptEnd::Stopped(Exit::Exited),
             }

@@ -226,7 +226,7 @@ impl Runner {
     /// Waits until the thread of an abandoned invocation of this instance (one that ran past
     /// its `timeout`) has returned, so that two invocations never overlap. `false` if the
     /// instance was asked to stop meanwhile (the slot then stays held until the thread returns).
-    pub(crate) async fn previous_thread_returned(&self) -> bool {
+    async fn previous_thread_returned(&self) -> bool {
         let Some(ended) = self.shared.lingering_thread() else {
             return true;
         };
@@ -241,6 +241,16 @@ impl Runner {
             () = ended.cancelled() => true,
             () = self.shared.stopper.stopped() => false,
         }
+    }
+
+    /// A blocking handler's way to its next invocation: its previous thread returned (see
+    /// [`Runner::previous_thread_returned`]), and a dedicated-thread slot. `None` if the
+    /// instance was asked to stop meanwhile.
+    pub(crate) async fn blocking_slot(&self) -> Option<OwnedSemaphorePermit> {
+        if !self.previous_thread_returned().await {
+            return None;
+        }
+        self.acquire_thread().await
     }
 
     /// A dedicated-thread slot, waiting in the queue (interruptibly) when all are busy.
