@@ -305,7 +305,6 @@ impl HandlerMeter {
 
 #[cfg(test)]
 mod tests {
-    use tokio::time::Instant;
 
     use super::*;
 
@@ -363,27 +362,5 @@ mod tests {
         mark.reached(StopStep::Cancelled);
         mark.reached(StopStep::Signalled);
         assert_eq!(mark.get(), StopStep::Cancelled);
-    }
-
-    #[test]
-    #[ignore = "a measurement: run it in release mode"]
-    fn cost_of_counting_one_invocation() {
-        let meter = HandlerMeter::default();
-        let rounds = 2_000_000_u32;
-        let start = std::time::Instant::now();
-        for i in 0..rounds {
-            let began = Instant::now();
-            meter
-                .lateness
-                .observe(Duration::from_micros(u64::from(i % 5000)));
-            meter.invoked(InvocationResult::Success, began.elapsed());
-        }
-        let per = start.elapsed() / rounds;
-        let clock = std::time::Instant::now();
-        for _ in 0..rounds {
-            std::hint::black_box(Instant::now());
-        }
-        let now = clock.elapsed() / rounds;
-        println!("counting one invocation: {per:?} (of which a clock read: {now:?})");
     }
 }

@@ -1,5 +1,6 @@
-//! The operator's metrics encoded from a supervisor driven on paused time (no API server), and
-//! the cost of a scrape at 10 000 objects.
+//! The operator's metrics encoded from a supervisor driven on paused time (no API server). The
+//! cost of a scrape and of the counters per timer run are measured by `bench-metrics` (see
+//! `bench/README.md`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -260,125 +261,6 @@ async fn the_users_own_metrics_are_served_with_the_operators() {
         "{text}"
     );
     assert!(text.ends_with("# EOF\n"), "{text}");
-}
-
-/// The cost of a scrape at 10 000 objects, each with a daemon and a timer (run with
-/// `cargo test --release -p kopf-runtime --lib scrape_at_ten_thousand -- --ignored --nocapture`).
-#[tokio::test]
-#[ignore = "a measurement: run it in release mode"]
-async fn scrape_at_ten_thousand_objects() {
-    const OBJECTS: usize = 10_000;
-    let (supervisor, records, metrics) = fixture(None);
-    for i in 0..OBJECTS {
-        let state = object(&format!("ok-{i}"), &format!("uid-{i}"));
-        let view = FinalizerView {
-            finalizers: Some(vec!["other/finalizer".to_owned(), FINALIZER.to_owned()]),
-            ..FinalizerView::default()
-        };
-        records.seen(state.reference().clone(), view);
-        supervisor.observe(state);
-    }
-    let running = format!(
-        "kopf_daemons_running{{{}}} {OBJECTS}\n",
-        handler_labels("watcher", "")
-    );
-    while !scrape(&metrics).contains(&running) {
-        tokio::task::yield_now().await;
-    }
-    let cpu_before = thread_cpu();
-    let mut took: Vec<Duration> = (0..200)
-        .map(|_| {
-            let start = std::time::Instant::now();
-            let text = scrape(&metrics);
-            let took = start.elapsed();
-            assert!(text.len() > 1000);
-            took
-        })
-        .collect();
-    let cpu = thread_cpu()
-        .zip(cpu_before)
-        .map(|(after, before)| (after - before) / 200);
-    took.sort();
-    let text = scrape(&metrics);
-    println!(
-        "scrape at {OBJECTS} objects: wall min {:?}, median {:?}, p99 {:?}, max {:?}; \
-         CPU per scrape {cpu:?}; {} bytes",
-        took[0],
-        took[took.len() / 2],
-        took[took.len() * 99 / 100],
-        took[took.len() - 1],
-        text.len()
-    );
-    // Against the wall clock on a busy machine the median may include preemption; the CPU
-    // time (when the system reports it) is the cost.
-    let cost = cpu.unwrap_or(took[took.len() / 2]);
-    assert!(cost <= Duration::from_millis(5), "{cost:?} {took:?}");
-}
-
-/// The CPU time of this thread so far (Linux: the first field of `schedstat`, in ns).
-fn thread_cpu() -> Option<Duration> {
-    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
-    let ns: u64 = text.split_whitespace().next()?.parse().ok()?;
-    Some(Duration::from_nanos(ns))
-}
-
-/// A timer every 10 ms (for the CPU measurement).
-static FAST_TICKER: HandlerSpec = HandlerSpec {
-    schedule: TimerSchedule {
-        interval: Some(Duration::from_millis(10)),
-        ..TIMER.schedule
-    },
-    ..TIMER
-};
-
-/// The supervisor's CPU per timer run with and without its counters: 1 000 timers every 10 ms
-/// for 2 s, alternately, five times each (run with `cargo test --release -p kopf-runtime --lib
-/// cpu_per_fire -- --ignored --nocapture`).
-#[test]
-#[ignore = "a measurement: run it in release mode"]
-fn cpu_per_fire_with_and_without_counters() {
-    let mut runs: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
-    for round in 0..10 {
-        let metered = round % 2 == 1;
-        let per_fire = timers_cpu_per_fire(metered);
-        runs[usize::from(metered)].push(per_fire);
-    }
-    for run in &mut runs {
-        run.sort_by(f64::total_cmp);
-    }
-    let (off, on) = (runs[0][2], runs[1][2]);
-    println!(
-        "supervisor CPU per timer run (median of 5): without counters {off:.0} ns, with \
-         {on:.0} ns ({:+.0} ns); all: {runs:?}",
-        on - off
-    );
-}
-
-/// CPU ns per run of 1 000 timers every 10 ms over 2 s (the runtime's one thread does all).
-fn timers_cpu_per_fire(metered: bool) -> f64 {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .expect("a runtime");
-    runtime.block_on(async {
-        let handlers: Vec<Arc<dyn ErasedHandler>> = vec![Arc::new(Handler(&FAST_TICKER))];
-        let config = SupervisorConfig::default();
-        let (supervisor, effects) =
-            Supervisor::build(handlers, Services::default(), config, metered);
-        drop(effects);
-        for i in 0..1000 {
-            supervisor.observe(object(&format!("ok-{i}"), &format!("uid-{i}")));
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let (fires, cpu) = (supervisor.stats().fires, thread_cpu().unwrap_or_default());
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        let fires = supervisor.stats().fires - fires;
-        let cpu = thread_cpu().unwrap_or_default() - cpu;
-        supervisor.shutdown().await;
-        #[allow(clippy::cast_precision_loss)]
-        let per_fire = cpu.as_nanos() as f64 / fires as f64;
-        per_fire
-    })
 }
 
 /// Encodes the replica gauges of a leader and of a shard member.

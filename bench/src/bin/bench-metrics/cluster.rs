@@ -1,0 +1,144 @@
+//! The benchmark objects on the real API server (the kube-testenv in `$KUBECONFIG`): the CRD and
+//! the namespace, applied as the harness's setup applies them, and objects `0..n` made to exist.
+//! Every request carries the harness's user agent, so a harness audit log leaves them out.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use futures::{StreamExt as _, TryStreamExt as _, stream};
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kopf_bench::kubeutil::{HARNESS_USER_AGENT, api_resource, client, objects};
+use kopf_bench::names::{NAMESPACE, object_index, object_name};
+use kube::api::{DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt as _};
+use serde::Deserialize as _;
+use serde_json::json;
+use tokio::time::Instant;
+
+/// The benchmark's CRD (`KopfExample`), as the harness applies it.
+const CRD_YAML: &str = include_str!("../../../../kopf-examples/crds/kopfexample.yaml");
+/// Requests in flight while creating objects (the harness's figure).
+const IN_FLIGHT: usize = 32;
+
+/// The API of the benchmark objects, with the harness's user agent.
+pub(crate) async fn connect() -> anyhow::Result<Api<DynamicObject>> {
+    let client = client(Some(HARNESS_USER_AGENT))
+        .await
+        .context("no API server: set KUBECONFIG to a running kube-testenv's")?;
+    Ok(objects(client))
+}
+
+/// Applies the CRD and the namespace (server-side apply, as the harness's setup does: a no-op
+/// when they are there) and waits until the resource is served.
+async fn setup(api: &Api<DynamicObject>) -> anyhow::Result<()> {
+    let client = api.clone().into_client();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let pp = PatchParams::apply(HARNESS_USER_AGENT).force();
+    for doc in serde_yaml::Deserializer::from_str(CRD_YAML) {
+        let crd = CustomResourceDefinition::deserialize(doc).context("parsing the CRD")?;
+        crds.patch(&crd.name_any(), &pp, &Patch::Apply(&crd))
+            .await
+            .context("applying the CRD")?;
+    }
+    let nss: Api<Namespace> = Api::all(client);
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}});
+    nss.patch(NAMESPACE, &pp, &Patch::Apply(&ns))
+        .await
+        .context("applying the namespace")?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match api.list_metadata(&ListParams::default().limit(1)).await {
+            Ok(_) => return Ok(()),
+            Err(e) if Instant::now() > deadline => bail!("the CRD is not served: {e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+/// Applies the CRD and the namespace, then makes objects `0..n` exist, none of them being
+/// deleted: creates the missing ones (32 in flight); one being deleted (stuck on a finalizer) loses its finalizers, and is created anew
+/// once it is gone. Objects already there are left as they are, finalizers included; other
+/// objects in the namespace too. Returns how many were created.
+pub(crate) async fn ensure(api: &Api<DynamicObject>, n: usize) -> anyhow::Result<usize> {
+    setup(api).await?;
+    let list = api.list_metadata(&ListParams::default()).await?;
+    let mut present = HashSet::new();
+    let mut deleting = Vec::new();
+    for obj in list {
+        let name = obj.name_any();
+        if object_index(&name).is_none_or(|i| i >= n) {
+            continue;
+        }
+        if obj.metadata.deletion_timestamp.is_some() {
+            deleting.push(name);
+        } else {
+            present.insert(name);
+        }
+    }
+    for name in &deleting {
+        let strip = json!({"metadata": {"finalizers": null}});
+        match api
+            .patch(name, &PatchParams::default(), &Patch::Merge(&strip))
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(anyhow::Error::new(e).context(format!("releasing {name}"))),
+        }
+        wait_gone(api, name).await?;
+    }
+    let missing: Vec<String> = (0..n)
+        .map(object_name)
+        .filter(|name| !present.contains(name))
+        .collect();
+    let created = missing.len();
+    create(api, missing).await?;
+    Ok(created)
+}
+
+/// Waits (up to 30 s) until `name` no longer exists.
+async fn wait_gone(api: &Api<DynamicObject>, name: &str) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while api.get_metadata_opt(name).await?.is_some() {
+        if Instant::now() > deadline {
+            bail!("{name} is still being deleted after 30 s");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
+/// Creates the objects `names` (as the harness does: `spec.field: value`), 32 in flight.
+async fn create(api: &Api<DynamicObject>, names: Vec<String>) -> anyhow::Result<()> {
+    let ar = &api_resource();
+    stream::iter(names)
+        .map(|name| async move {
+            let mut obj = DynamicObject::new(&name, ar).within(NAMESPACE);
+            obj.data = json!({"spec": {"field": "value"}});
+            match api.create(&PostParams::default(), &obj).await {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+                Err(e) => Err(anyhow::Error::new(e).context(format!("creating {name}"))),
+            }
+        })
+        .buffer_unordered(IN_FLIGHT)
+        .try_collect::<()>()
+        .await
+}
+
+/// How many of the objects `0..n` carry `finalizer`, as the API server has them.
+pub(crate) async fn finalized(
+    api: &Api<DynamicObject>,
+    n: usize,
+    finalizer: &str,
+) -> anyhow::Result<usize> {
+    let list = api.list_metadata(&ListParams::default()).await?;
+    let count = list
+        .into_iter()
+        .filter(|obj| object_index(&obj.name_any()).is_some_and(|i| i < n))
+        .filter(|obj| obj.finalizers().iter().any(|f| f == finalizer))
+        .count();
+    Ok(count)
+}
