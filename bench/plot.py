@@ -16,7 +16,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 GRID = [1, 5, 10, 25, 50, 75, 90, 95, 98, 99, 99.5, 99.8, 99.9, 99.95, 100]
-COLORS = {"kopf-rs": "tab:orange", "kopf-py": "tab:blue", "tokio": "tab:green", "kube-loop": "tab:gray"}
+COLORS = {"kopf-rs": "tab:orange", "kopf-py": "tab:blue", "tokio": "tab:green", "kube-loop": "tab:gray",
+          "kube-store": "tab:purple"}
 
 
 def median_by(trials, key):

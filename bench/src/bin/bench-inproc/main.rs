@@ -1,4 +1,5 @@
-//! Scenario 7 in one process, no API server: N timers or daemons at 1 Hz, run either by the
+//! Scenario 7 in one process, no API server: N timers or daemons at a fixed interval (1 s unless
+//! `BENCH_INTERVAL_S` says otherwise, in seconds, fractions allowed), run either by the
 //! kopf-rs supervisor (`timers`, `daemons`) or as bare tokio tasks (`tokio-timers`,
 //! `tokio-daemons`, the floor). The harness (`kopf-bench`) reads CPU and RSS from outside at the
 //! phases announced on stdout (see `kopf-bench`'s `inproc` module).
@@ -7,7 +8,7 @@
 //! keeps per object alone, subtracted by the harness to give the cost per instance excluding
 //! the object cache.
 //!
-//! Usage: `bench-inproc MODE N WINDOW_SECONDS`
+//! Usage: `[BENCH_INTERVAL_S=SECONDS] bench-inproc MODE N WINDOW_SECONDS`
 
 mod supervised;
 mod track;
@@ -22,7 +23,34 @@ use tokio_util::sync::CancellationToken;
 
 use crate::track::Tracker;
 
-const INTERVAL: Duration = Duration::from_secs(1);
+/// The env var that sets the interval of every timer and daemon, in seconds.
+const INTERVAL_ENV: &str = "BENCH_INTERVAL_S";
+
+/// The interval from `BENCH_INTERVAL_S` (`value`; 1 s when unset): finite, positive seconds.
+fn parse_interval(value: Option<&str>) -> anyhow::Result<Duration> {
+    let Some(value) = value else {
+        return Ok(Duration::from_secs(1));
+    };
+    let secs: f64 = value
+        .trim()
+        .parse()
+        .with_context(|| format!("{INTERVAL_ENV}={value:?} is not a number of seconds"))?;
+    anyhow::ensure!(
+        secs.is_finite() && secs > 0.0,
+        "{INTERVAL_ENV}={value:?}: the interval must be a positive number of seconds"
+    );
+    Duration::try_from_secs_f64(secs)
+        .with_context(|| format!("{INTERVAL_ENV}={value:?} is out of range"))
+}
+
+/// How long to let the instances run before the window: every instance fires at least twice
+/// (2.5 intervals), the allocator settles (3 s), and a large population gets time to start
+/// (1 s per 200 000).
+fn warmup(n: usize, interval: Duration) -> Duration {
+    #[allow(clippy::cast_precision_loss)]
+    let start = n as f64 / 200_000.0;
+    Duration::from_secs_f64(2.5 * interval.as_secs_f64() + 3.0 + start)
+}
 
 /// Prints a phase line and gives the harness a moment to read `/proc`.
 async fn phase(line: &str) {
@@ -42,6 +70,7 @@ pub(crate) trait Population {
 /// Bare tokio tasks: the floor.
 struct Bare {
     n: usize,
+    interval: Duration,
     tracker: Arc<Tracker>,
     stop: CancellationToken,
     tasks: tokio::task::JoinSet<()>,
@@ -49,6 +78,7 @@ struct Bare {
 
 impl Population for Bare {
     async fn spawn_all(&mut self) -> anyhow::Result<()> {
+        let interval = self.interval;
         for i in 0..self.n {
             let (tracker, stop) = (Arc::clone(&self.tracker), self.stop.clone());
             self.tasks.spawn(async move {
@@ -56,7 +86,7 @@ impl Population for Bare {
                     tracker.fire(i);
                     let stopped = tokio::select! {
                         () = stop.cancelled() => true,
-                        () = sleep(INTERVAL) => stop.is_cancelled(),
+                        () = sleep(interval) => stop.is_cancelled(),
                     };
                     if stopped {
                         break;
@@ -74,20 +104,19 @@ impl Population for Bare {
     }
 }
 
+/// Starts the population, waits for it to settle, measures the window and stops it, printing
+/// the phases for the harness.
 async fn measure(
     mut population: impl Population,
     tracker: &Tracker,
     n: usize,
-    window: Duration,
+    (interval, window): (Duration, Duration),
 ) -> anyhow::Result<()> {
     phase("baseline").await;
     let t = Instant::now();
     population.spawn_all().await?;
     phase(&format!("spawned {}", t.elapsed().as_secs_f64())).await;
-    // Let every instance fire at least twice, and the allocator settle.
-    #[allow(clippy::cast_precision_loss)]
-    let warmup = Duration::from_secs_f64(3.0 + n as f64 / 200_000.0);
-    sleep(warmup).await;
+    sleep(warmup(n, interval)).await;
     tracker.start_window();
     let started = Instant::now();
     phase("window-start").await;
@@ -131,17 +160,28 @@ async fn main() -> anyhow::Result<()> {
         );
     };
     let n: usize = n.parse().context("N must be a number")?;
-    let window = Duration::from_secs_f64(window.parse().context("WINDOW must be seconds")?);
-    let tracker = Arc::new(Tracker::new(n, INTERVAL));
+    let window = window.parse().context("WINDOW must be seconds")?;
+    let window = Duration::try_from_secs_f64(window).context("WINDOW must be seconds")?;
+    let interval = parse_interval(std::env::var(INTERVAL_ENV).ok().as_deref())?;
+    // Every instance must fire in the window, or fires/s (objects firing / their mean gap)
+    // undercounts.
+    anyhow::ensure!(
+        window >= interval,
+        "the window ({} s) is shorter than the interval ({} s)",
+        window.as_secs_f64(),
+        interval.as_secs_f64()
+    );
+    let tracker = Arc::new(Tracker::new(n, interval));
     match mode.as_str() {
         "tokio-timers" | "tokio-daemons" => {
             let bare = Bare {
                 n,
+                interval,
                 tracker: Arc::clone(&tracker),
                 stop: CancellationToken::new(),
                 tasks: tokio::task::JoinSet::new(),
             };
-            measure(bare, &tracker, n, window).await
+            measure(bare, &tracker, n, (interval, window)).await
         }
         "timers" | "daemons" | "objects" => {
             // `objects`: the same objects observed by the same supervisor, with a handler that
@@ -150,10 +190,50 @@ async fn main() -> anyhow::Result<()> {
                 n,
                 mode == "daemons",
                 mode != "objects",
+                interval,
                 Arc::clone(&tracker),
             )?;
-            measure(population, &tracker, n, window).await
+            measure(population, &tracker, n, (interval, window)).await
         }
         other => bail!("unknown mode {other:?}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_interval_defaults_to_one_second_and_takes_fractions() {
+        assert_eq!(parse_interval(None).ok(), Some(Duration::from_secs(1)));
+        assert_eq!(
+            parse_interval(Some("10")).ok(),
+            Some(Duration::from_secs(10))
+        );
+        assert_eq!(
+            parse_interval(Some(" 0.25 ")).ok(),
+            Some(Duration::from_millis(250))
+        );
+    }
+
+    #[test]
+    fn a_zero_negative_or_non_numeric_interval_is_rejected() {
+        for bad in ["0", "-1", "", "ten", "inf", "NaN", "1e300"] {
+            let err = parse_interval(Some(bad)).err();
+            assert!(
+                err.is_some_and(|e| e.to_string().contains(INTERVAL_ENV)),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_warmup_scales_with_the_interval_and_n() {
+        assert_eq!(
+            warmup(0, Duration::from_secs(1)),
+            Duration::from_millis(5_500)
+        );
+        let long = warmup(1_000_000, Duration::from_secs(10));
+        assert_eq!(long, Duration::from_secs(33));
     }
 }

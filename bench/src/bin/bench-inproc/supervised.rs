@@ -11,27 +11,34 @@ use kopf_runtime::engine::{
     Services, Supervisor, SupervisorConfig,
 };
 
+use crate::Population;
 use crate::track::Tracker;
-use crate::{INTERVAL, Population};
 
-static TIMER: HandlerSpec = {
-    let mut spec = HandlerSpec::new("tick", HandlerKind::Timer);
-    spec.schedule.interval = Some(INTERVAL);
-    spec
-};
 static DAEMON: HandlerSpec = HandlerSpec::new("tick", HandlerKind::Daemon);
 
-/// A timer that records its fire, or a daemon that records a tick each second until stopped.
+/// The timer's spec at `interval`, built once at start-up and leaked: [`ErasedHandler::spec`]
+/// hands out `&'static` specs.
+fn timer_spec(interval: Duration) -> &'static HandlerSpec {
+    let mut spec = HandlerSpec::new("tick", HandlerKind::Timer);
+    spec.schedule.interval = Some(interval);
+    Box::leak(Box::new(spec))
+}
+
+/// A timer that records its fire, or a daemon that records a tick each interval until stopped.
 /// Unless `enabled`, it matches no object (the objects are then only tracked).
 struct Tick {
     daemon: bool,
+    /// The timer's spec (its interval), or the daemon's.
+    spec: &'static HandlerSpec,
+    /// The daemon's sleep between two ticks.
+    interval: Duration,
     tracker: Arc<Tracker>,
     enabled: bool,
 }
 
 impl ErasedHandler for Tick {
     fn spec(&self) -> &'static HandlerSpec {
-        if self.daemon { &DAEMON } else { &TIMER }
+        self.spec
     }
 
     fn matches(&self, _: &ObjectState) -> Result<bool, MatchError> {
@@ -40,7 +47,7 @@ impl ErasedHandler for Tick {
 
     fn invoke(&self, inv: Invocation) -> Result<Call, HandlerError> {
         let index = object_index(&inv.object.reference().name).unwrap_or(usize::MAX);
-        let tracker = Arc::clone(&self.tracker);
+        let (tracker, interval) = (Arc::clone(&self.tracker), self.interval);
         if !self.daemon {
             tracker.fire(index);
             return Ok(Call::Async(Box::pin(async { Ok(Output::default()) })));
@@ -48,7 +55,7 @@ impl ErasedHandler for Tick {
         Ok(Call::Async(Box::pin(async move {
             loop {
                 tracker.fire(index);
-                if inv.stopper.sleep(Duration::from_secs(1)).await {
+                if inv.stopper.sleep(interval).await {
                     break;
                 }
             }
@@ -65,10 +72,13 @@ pub(crate) struct Supervised {
 }
 
 impl Supervised {
+    /// Builds the `n` objects and a supervisor with one timer or daemon (`daemon`) at
+    /// `interval`, matching every object if `enabled`, none otherwise.
     pub(crate) fn prepare(
         n: usize,
         daemon: bool,
         enabled: bool,
+        interval: Duration,
         tracker: Arc<Tracker>,
     ) -> anyhow::Result<Self> {
         let objects = (0..n)
@@ -87,6 +97,12 @@ impl Supervised {
             .collect::<Result<Vec<_>, _>>()?;
         let handler: Arc<dyn ErasedHandler> = Arc::new(Tick {
             daemon,
+            spec: if daemon {
+                &DAEMON
+            } else {
+                timer_spec(interval)
+            },
+            interval,
             tracker,
             enabled,
         });

@@ -9,6 +9,10 @@ use anyhow::{Context as _, bail};
 use kopf_bench::names::NAMESPACE;
 use tokio::time::Instant;
 
+/// The start of the line `bench-kube-store` prints on stdout once its store holds every object:
+/// `synced <count>`.
+pub(crate) const SYNCED: &str = "synced ";
+
 /// One arm of a comparison.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) enum Arm {
@@ -20,10 +24,19 @@ pub(crate) enum Arm {
     Tokio,
     /// The raw kube-rs loop (`bench-kube-loop`).
     KubeLoop,
+    /// The raw kube-rs watch + store, doing nothing else (`bench-kube-store`): the memory
+    /// reference of scenarios 1 and 2.
+    KubeStore,
 }
 
 impl Arm {
-    pub(crate) const ALL: [Self; 4] = [Self::KopfRs, Self::KopfPy, Self::Tokio, Self::KubeLoop];
+    pub(crate) const ALL: [Self; 5] = [
+        Self::KopfRs,
+        Self::KopfPy,
+        Self::Tokio,
+        Self::KubeLoop,
+        Self::KubeStore,
+    ];
 
     pub(crate) fn as_str(self) -> &'static str {
         match self {
@@ -31,7 +44,14 @@ impl Arm {
             Self::KopfPy => "kopf-py",
             Self::Tokio => "tokio",
             Self::KubeLoop => "kube-loop",
+            Self::KubeStore => "kube-store",
         }
+    }
+
+    /// Whether the arm records fires. One that does not (`kube-store`) prints
+    /// [`SYNCED`] on stdout once it holds every object instead.
+    pub(crate) fn records_fires(self) -> bool {
+        self != Self::KubeStore
     }
 
     pub(crate) fn parse(s: &str) -> anyhow::Result<Self> {
@@ -135,6 +155,11 @@ impl Programs {
                 };
                 c
             }
+            Arm::KubeStore => {
+                let mut c = self.rust("bench-kube-store")?;
+                c.arg(n.to_string());
+                c
+            }
         })
     }
 
@@ -166,16 +191,21 @@ impl Programs {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
             _ => {}
         }
+        let stdout = dir.join("stdout.log");
         cmd.env("BENCH_FIRES", &fires)
             .env("BENCH_MODE", mode.as_str())
             .env("BENCH_N", n.to_string())
             .stdin(Stdio::null())
-            .stdout(File::create(dir.join("stdout.log"))?)
+            .stdout(File::create(&stdout)?)
             .stderr(File::create(dir.join("stderr.log"))?);
         let child = cmd
             .spawn()
             .with_context(|| format!("starting the {} arm", arm.as_str()))?;
-        Ok(Running { child, fires })
+        Ok(Running {
+            child,
+            fires,
+            stdout,
+        })
     }
 }
 
@@ -184,11 +214,22 @@ pub(crate) struct Running {
     child: Child,
     /// Its fire log.
     pub(crate) fires: PathBuf,
+    /// Its stdout.
+    stdout: PathBuf,
 }
 
 impl Running {
     pub(crate) fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// The count of the last [`SYNCED`] line the arm printed on stdout, if any (`None` also
+    /// while its stdout cannot be read).
+    pub(crate) fn synced(&self) -> Option<usize> {
+        let out = std::fs::read_to_string(&self.stdout).ok()?;
+        out.lines()
+            .rev()
+            .find_map(|l| l.strip_prefix(SYNCED)?.trim().parse().ok())
     }
 
     /// Fails if the arm has already exited.

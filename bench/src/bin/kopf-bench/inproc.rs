@@ -6,6 +6,10 @@
 //! - `window-start` / `window-end`: the measurement window;
 //! - `result <json>`: lateness quantiles and counts measured inside the child;
 //! - `stopped <seconds>`: the time it took to stop everything.
+//!
+//! The interval of every timer and daemon is `--inproc-interval` (passed as `BENCH_INTERVAL_S`);
+//! trials at an interval other than 1 s are labelled `inproc-timers@10s` (see [`label`]), so
+//! they neither replace nor mix with the 1 s trials.
 
 use std::io::{BufRead as _, BufReader};
 use std::path::Path;
@@ -42,16 +46,56 @@ impl Kind {
     }
 }
 
+/// The interval the instances run at unless `--inproc-interval` says otherwise, in seconds.
+pub(crate) const DEFAULT_INTERVAL_S: f64 = 1.0;
+
+/// The scenario label of `kind` at `interval_s`: the kind's name at the default interval (as
+/// before the interval was an option), else `<name>@<interval>s`, e.g. `inproc-timers@10s`.
+#[allow(clippy::float_cmp)]
+pub(crate) fn label(kind: Kind, interval_s: f64) -> String {
+    if interval_s == DEFAULT_INTERVAL_S {
+        kind.as_str().to_owned()
+    } else {
+        format!("{}@{interval_s}s", kind.as_str())
+    }
+}
+
+/// The kind and interval (seconds) of a scenario label made by [`label`]; `None` for any other
+/// scenario.
+pub(crate) fn parse_label(scenario: &str) -> Option<(Kind, f64)> {
+    let (name, interval_s) = match scenario.split_once('@') {
+        Some((name, at)) => (name, at.strip_suffix('s')?.parse().ok()?),
+        None => (scenario, DEFAULT_INTERVAL_S),
+    };
+    let kind = [Kind::Timers, Kind::Daemons]
+        .into_iter()
+        .find(|k| k.as_str() == name)?;
+    Some((kind, interval_s))
+}
+
+/// Parses `--inproc-interval`: finite, positive seconds.
+pub(crate) fn parse_interval(s: &str) -> anyhow::Result<f64> {
+    let secs: f64 = s
+        .parse()
+        .map_err(|e| anyhow::anyhow!("--inproc-interval {s:?}: not a number of seconds ({e})"))?;
+    anyhow::ensure!(
+        secs.is_finite() && secs > 0.0,
+        "--inproc-interval {s:?}: the interval must be a positive number of seconds"
+    );
+    Ok(secs)
+}
+
 /// The arms of scenario 7: the supervisor, bare tokio tasks doing the same, and the supervisor
 /// with the same objects but no handler matching (the object cache alone).
 const ARMS: [&str; 3] = ["kopf-rs", "tokio", "objects"];
 
+/// Runs `bench-inproc` for one arm and reads its phases into the trial's metrics.
 fn measure(
     programs: &Programs,
     kind: Kind,
     arm: &str,
     n: usize,
-    window: Duration,
+    (interval_s, window): (f64, Duration),
     dir: &Path,
 ) -> anyhow::Result<Metrics> {
     std::fs::create_dir_all(dir)?;
@@ -70,6 +114,7 @@ fn measure(
     );
     let mut child = Command::new(exe)
         .args([mode, &n.to_string(), &window.as_secs_f64().to_string()])
+        .env("BENCH_INTERVAL_S", interval_s.to_string())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(std::fs::File::create(dir.join("stderr.log"))?)
@@ -80,6 +125,11 @@ fn measure(
         .take()
         .ok_or_else(|| anyhow::anyhow!("no stdout"))?;
     let mut m = Metrics::new();
+    if arm != "objects" {
+        // Every instance fires once per interval (the `objects` arm runs none).
+        #[allow(clippy::cast_precision_loss)]
+        m.insert("fires_expected_per_s".into(), n as f64 / interval_s);
+    }
     let (mut base, mut w0) = (None, None);
     let mut rss = Vec::new();
     for line in BufReader::new(stdout).lines() {
@@ -141,25 +191,27 @@ fn measure(
     Ok(m)
 }
 
-/// Runs one pair index of scenario 7 for one arm (both arms in turn; returns the last trial of
-/// the pair after pushing the first through `push_first`).
+/// Runs one pair index of scenario 7 at `interval_s`: every arm in turn, one trial each.
 pub(crate) async fn trial(
     programs: &Programs,
     kind: Kind,
     n: usize,
     pair: usize,
-    window: Duration,
+    (interval_s, window): (f64, Duration),
     tmp: &Path,
 ) -> Vec<Trial> {
+    let scenario = label(kind, interval_s);
     let mut out = Vec::new();
     for arm in ARMS {
-        let dir = tmp.join(format!("{}-{n}-{arm}-{pair}", kind.as_str()));
+        let dir = tmp.join(format!("{scenario}-{n}-{arm}-{pair}"));
         let load_before = load_average();
         let started_unix = crate::now_unix();
         let (p, k, a, d) = (programs.clone(), kind, arm, dir.clone());
-        let res = tokio::task::spawn_blocking(move || measure(&p, k, a, n, window, &d)).await;
+        let timing = (interval_s, window);
+        let res = tokio::task::spawn_blocking(move || measure(&p, k, a, n, timing, &d)).await;
         let mut trial = Trial {
-            scenario: kind.as_str().into(),
+            scenario: scenario.clone(),
+            interval_s: Some(interval_s),
             n,
             arm: arm.into(),
             pair,
@@ -199,5 +251,47 @@ fn subtract_object_cache(trials: &mut [Trial]) {
         t.metrics
             .insert("bytes_per_instance_excl_objects".into(), all - objects);
         t.metrics.insert("object_cache_bytes".into(), objects);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_interval_keeps_the_plain_name_and_others_are_labelled() {
+        assert_eq!(label(Kind::Timers, 1.0), "inproc-timers");
+        assert_eq!(label(Kind::Timers, 10.0), "inproc-timers@10s");
+        assert_eq!(label(Kind::Daemons, 2.5), "inproc-daemons@2.5s");
+        for (kind, interval) in [
+            (Kind::Timers, 1.0),
+            (Kind::Timers, 10.0),
+            (Kind::Daemons, 0.5),
+        ] {
+            assert_eq!(parse_label(&label(kind, interval)), Some((kind, interval)));
+        }
+    }
+
+    #[test]
+    fn other_scenarios_are_not_labels() {
+        for s in [
+            "timers",
+            "7",
+            "inproc",
+            "inproc-timers@",
+            "inproc-timers@10",
+            "x@10s",
+        ] {
+            assert_eq!(parse_label(s), None, "{s}");
+        }
+    }
+
+    #[test]
+    fn the_interval_must_be_positive_seconds() {
+        assert!(matches!(parse_interval("10"), Ok(v) if v == 10.0));
+        assert!(matches!(parse_interval("0.5"), Ok(v) if v == 0.5));
+        for bad in ["0", "-1", "ten", "", "inf", "NaN"] {
+            assert!(parse_interval(bad).is_err(), "{bad:?}");
+        }
     }
 }

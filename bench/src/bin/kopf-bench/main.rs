@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! kopf-bench run [--scenarios timers,startup,...] [--n 100,1000] [--pairs 3] [--window 30]
-//!                [--arms kopf-rs,kopf-py,tokio,kube-loop] [--out DIR] [--fresh] [--strict]
+//!                [--arms kopf-rs,kopf-py,tokio,kube-loop,kube-store] [--out DIR] [--fresh] [--strict]
+//!                [--inproc-n 100k,1M] [--inproc-interval 1]
 //! kopf-bench report DIR
 //! ```
 //!
@@ -20,6 +21,7 @@ mod results;
 mod scenarios;
 mod shardlog;
 mod shards;
+mod steady;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -37,6 +39,8 @@ struct RunArgs {
     inproc: Vec<inproc::Kind>,
     ns: Vec<usize>,
     inproc_ns: Vec<usize>,
+    /// The interval of scenario 7's timers and daemons, in seconds.
+    inproc_interval_s: f64,
     pairs: usize,
     window: Duration,
     arms: Option<Vec<Arm>>,
@@ -73,6 +77,7 @@ fn parse_run(args: &[String]) -> anyhow::Result<RunArgs> {
         inproc: Vec::new(),
         ns: vec![100],
         inproc_ns: vec![100_000],
+        inproc_interval_s: inproc::DEFAULT_INTERVAL_S,
         pairs: 3,
         window: Duration::from_secs(30),
         arms: None,
@@ -96,6 +101,7 @@ fn parse_run(args: &[String]) -> anyhow::Result<RunArgs> {
             }
             "--n" => r.ns = list(value()?, parse_n)?,
             "--inproc-n" => r.inproc_ns = list(value()?, parse_n)?,
+            "--inproc-interval" => r.inproc_interval_s = inproc::parse_interval(value()?)?,
             "--pairs" => r.pairs = value()?.parse()?,
             "--window" => r.window = Duration::from_secs_f64(value()?.parse()?),
             "--arms" => r.arms = Some(list(value()?, Arm::parse)?),
@@ -176,13 +182,21 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
                     .filter(|a| args.arms.as_ref().is_none_or(|list| list.contains(a)))
                     .collect();
                 for pair in 0..args.pairs {
-                    for &arm in &arms {
+                    // A B, then B A, …: no arm always runs first, right after the objects
+                    // were made or their finalizers stripped (the API server is busiest then).
+                    let order: Vec<Arm> = if pair % 2 == 0 {
+                        arms.clone()
+                    } else {
+                        arms.iter().rev().copied().collect()
+                    };
+                    for &arm in &order {
                         let dir = scenarios::trial_dir(&tmp, scenario, n, arm, pair);
                         let load_before = load_average();
                         let started_unix = now_unix();
                         let out = scenarios::trial(&ctx, scenario, n, arm, &dir).await;
                         let mut trial = Trial {
                             scenario: scenario.as_str().into(),
+                            interval_s: None,
                             n,
                             arm: arm.as_str().into(),
                             pair,
@@ -213,13 +227,16 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             .await
             .context("removing the benchmark objects")?;
     }
+    let timing = (args.inproc_interval_s, args.window);
     for &kind in &args.inproc {
+        // Only the trials at the same interval are replaced: each interval has its own label.
+        let scenario = inproc::label(kind, args.inproc_interval_s);
         for &n in &args.inproc_ns {
             results
                 .trials
-                .retain(|t| !(t.scenario == kind.as_str() && t.n == n));
+                .retain(|t| !(t.scenario == scenario && t.n == n));
             for pair in 0..args.pairs {
-                for trial in inproc::trial(&programs, kind, n, pair, args.window, &tmp).await {
+                for trial in inproc::trial(&programs, kind, n, pair, timing, &tmp).await {
                     record(&mut results, trial, &mut failures);
                 }
                 save(&results, &args.out)?;
@@ -247,5 +264,34 @@ async fn main() -> anyhow::Result<()> {
             save(&Results::load(&dir.join("results.json"))?, &dir)
         }
         _ => bail!("usage: kopf-bench run [options] | kopf-bench report DIR (see bench/README.md)"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(v: &[&str]) -> anyhow::Result<RunArgs> {
+        parse_run(&v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn the_inproc_interval_defaults_to_one_second() -> anyhow::Result<()> {
+        let r = args(&["--scenarios", "inproc-timers", "--inproc-n", "1M"])?;
+        assert_eq!(r.inproc, [inproc::Kind::Timers]);
+        assert_eq!(r.inproc_ns, [1_000_000]);
+        assert!((r.inproc_interval_s - 1.0).abs() < f64::EPSILON);
+        Ok(())
+    }
+
+    #[test]
+    fn the_inproc_interval_is_parsed_and_checked() -> anyhow::Result<()> {
+        let r = args(&["--inproc-interval", "10", "--window", "60"])?;
+        assert!((r.inproc_interval_s - 10.0).abs() < f64::EPSILON);
+        for bad in ["0", "-2", "x"] {
+            assert!(args(&["--inproc-interval", bad]).is_err(), "{bad}");
+        }
+        assert!(args(&["--inproc-interval"]).is_err());
+        Ok(())
     }
 }

@@ -6,7 +6,7 @@ use std::path::Path;
 use kopf_bench::stats::{Summary, summarize};
 use serde::{Deserialize, Serialize};
 
-use crate::inproc::Kind;
+use crate::inproc::{Kind, parse_label};
 use crate::scenarios::Scenario;
 
 /// The quantiles (in %) at which each trial's lateness distribution is kept for the plots.
@@ -17,7 +17,12 @@ pub(crate) const LATENESS_GRID: [f64; 15] = [
 /// One trial: one scenario, one N, one arm, one pair index.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Trial {
+    /// The scenario's name; scenario 7 at an interval other than 1 s is labelled
+    /// `inproc-timers@10s` (see `inproc::label`), so each interval is its own group.
     pub(crate) scenario: String,
+    /// The interval the instances ran at, in seconds (scenario 7).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) interval_s: Option<f64>,
     pub(crate) n: usize,
     pub(crate) arm: String,
     pub(crate) pair: usize,
@@ -130,8 +135,9 @@ impl Results {
         Ok(serde_json::from_str(&std::fs::read_to_string(path)?)?)
     }
 
-    /// The (scenario, n) groups, in scenario order (1-7), then by N; the trials are kept in
-    /// run order, which is whatever order the runs were made in.
+    /// The (scenario, n) groups, in scenario order (1-9; scenario 7 timers, then daemons, each
+    /// by interval), then by N; the trials are kept in run order, which is whatever order the
+    /// runs were made in.
     pub(crate) fn groups(&self) -> Vec<(String, usize)> {
         let mut out: Vec<(String, usize)> = Vec::new();
         for t in &self.trials {
@@ -139,12 +145,19 @@ impl Results {
                 out.push((t.scenario.clone(), t.n));
             }
         }
-        let rank = |s: &str| match (Scenario::parse(s), Kind::parse(s)) {
-            (Ok(scenario), _) => (scenario.number(), 0),
-            (_, Some(kind)) => (7, u8::from(kind == Kind::Daemons)),
-            _ => (u8::MAX, 0),
+        let rank = |s: &str| match (Scenario::parse(s), parse_label(s)) {
+            (Ok(scenario), _) => (scenario.number(), 0, 0.0),
+            (_, Some((kind, interval_s))) => (7, u8::from(kind == Kind::Daemons), interval_s),
+            _ => (u8::MAX, 0, 0.0),
         };
-        out.sort_by_key(|(s, n)| (rank(s), *n));
+        out.sort_by(|(a, m), (b, n)| {
+            let ((a0, a1, a2), (b0, b1, b2)) = (rank(a), rank(b));
+            (a0, a1)
+                .cmp(&(b0, b1))
+                .then(a2.total_cmp(&b2))
+                .then(a.cmp(b))
+                .then(m.cmp(n))
+        });
         out
     }
 
@@ -295,5 +308,66 @@ impl Results {
         }
         std::fs::write(dir.join("summary.csv"), csv)?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn trial(scenario: &str, n: usize, fires_per_s: f64) -> Trial {
+        Trial {
+            scenario: scenario.into(),
+            interval_s: None,
+            n,
+            arm: "kopf-rs".into(),
+            pair: 0,
+            started_unix: 0,
+            load_before: [0.0; 3],
+            load_after: [0.0; 3],
+            metrics: [("fires_per_s".to_owned(), fires_per_s)].into(),
+            lateness_ms: Vec::new(),
+            notes: Vec::new(),
+            error: None,
+        }
+    }
+
+    /// Scenario 7 at another interval is a group of its own, after the 1 s one of its kind.
+    #[test]
+    fn each_interval_of_scenario_7_is_its_own_group_in_order() {
+        let r = Results {
+            machine: Machine::default(),
+            trials: vec![
+                trial("inproc-daemons", 1000, 1000.0),
+                trial("inproc-timers@10s", 1000, 100.0),
+                trial("inproc-timers@2.5s", 1000, 400.0),
+                trial("inproc-timers", 1000, 1000.0),
+                trial("inproc-timers", 100, 100.0),
+                trial("shards", 100, 100.0),
+                trial("timers", 100, 100.0),
+            ],
+        };
+        let groups = r.groups();
+        let groups: Vec<(&str, usize)> = groups.iter().map(|(s, n)| (s.as_str(), *n)).collect();
+        assert_eq!(
+            groups,
+            [
+                ("timers", 100),
+                ("inproc-timers", 100),
+                ("inproc-timers", 1000),
+                ("inproc-timers@2.5s", 1000),
+                ("inproc-timers@10s", 1000),
+                ("inproc-daemons", 1000),
+                ("shards", 100),
+            ]
+        );
+        assert_eq!(
+            r.values("inproc-timers", 1000, "kopf-rs", "fires_per_s"),
+            [1000.0]
+        );
+        assert_eq!(
+            r.values("inproc-timers@10s", 1000, "kopf-rs", "fires_per_s"),
+            [100.0]
+        );
     }
 }

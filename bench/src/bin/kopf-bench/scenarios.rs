@@ -6,20 +6,18 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use kopf_bench::firelog::unix_nanos;
-use kopf_bench::procstat;
-use kopf_bench::stats::quantile;
 use tokio::time::{Instant, sleep};
 
 use crate::arms::{Arm, Mode, Programs, Running};
 use crate::audit::{AuditLog, audit_metrics};
 use crate::cluster::{Cluster, Watch};
 use crate::fires::Tail;
-use crate::results::LATENESS_GRID;
 
 /// The measured values of one trial, by metric name.
 pub(crate) type Metrics = BTreeMap<String, f64>;
 
-const POLL: Duration = Duration::from_millis(50);
+/// How often the harness looks at an arm's progress.
+pub(crate) const POLL: Duration = Duration::from_millis(50);
 
 /// The scenarios that run against the API server (scenario 7 is in-process: see `inproc`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -83,9 +81,9 @@ impl Scenario {
     /// The arms that apply, in A B A B order.
     pub(crate) fn arms(self) -> &'static [Arm] {
         match self {
-            Self::Timers | Self::Daemons | Self::Shutdown => {
-                &[Arm::KopfRs, Arm::KopfPy, Arm::Tokio]
-            }
+            // `kube-store` records no fires: the memory reference of the steady scenarios.
+            Self::Timers | Self::Daemons => &[Arm::KopfRs, Arm::KopfPy, Arm::Tokio, Arm::KubeStore],
+            Self::Shutdown => &[Arm::KopfRs, Arm::KopfPy, Arm::Tokio],
             Self::Startup | Self::Deletion | Self::TimersWrite => {
                 &[Arm::KopfRs, Arm::KopfPy, Arm::KubeLoop]
             }
@@ -95,7 +93,7 @@ impl Scenario {
         }
     }
 
-    fn mode(self) -> Mode {
+    pub(crate) fn mode(self) -> Mode {
         match self {
             Self::Timers | Self::Startup | Self::Deletion => Mode::Timers,
             Self::Daemons | Self::Shutdown => Mode::Daemons,
@@ -129,7 +127,8 @@ pub(crate) fn secs_since(t0: u128, t1: u128) -> f64 {
     s
 }
 
-fn mb(bytes: u64) -> f64 {
+/// Bytes in MB.
+pub(crate) fn mb(bytes: u64) -> f64 {
     #[allow(clippy::cast_precision_loss)]
     let m = bytes as f64 / 1e6;
     m
@@ -188,7 +187,7 @@ pub(crate) async fn trial(
     let mode = scenario.mode();
     match scenario {
         Scenario::Timers | Scenario::Daemons | Scenario::TimersWrite => {
-            steady(ctx, scenario, n, arm, dir).await
+            crate::steady::steady(ctx, scenario, n, arm, dir).await
         }
         Scenario::Startup => startup(ctx, n, arm, mode, dir).await,
         Scenario::Deletion => deletion(ctx, n, arm, mode, dir).await,
@@ -196,92 +195,6 @@ pub(crate) async fn trial(
         Scenario::Handover => crate::handover::handover(ctx, n, arm, mode, dir).await,
         Scenario::Shards => crate::shards::shards(ctx, n, arm, dir).await,
     }
-}
-
-async fn steady(
-    ctx: &Ctx,
-    scenario: Scenario,
-    n: usize,
-    arm: Arm,
-    dir: &Path,
-) -> anyhow::Result<TrialOutput> {
-    let mut notes = Vec::new();
-    // The operators must also have put their finalizers on every object, so the window
-    // measures the steady state, not the start-up.
-    let operator = matches!(arm, Arm::KopfRs | Arm::KopfPy);
-    let watch = operator.then(|| ctx.cluster.watch());
-    if let Some(w) = &watch {
-        wait_synced(w, n).await?;
-    }
-    let mut run = ctx.programs.spawn(arm, scenario.mode(), n, dir)?;
-    let mut tail = Tail::new(&run.fires, n);
-    let limit = settle_limit(n);
-    if let Some(note) = settle(&mut run, &mut tail, watch.as_ref(), limit, |t, c| {
-        (!operator || c.is_some_and(|(_, f)| f == n)) && t.objects_with_runs(2) == n
-    })
-    .await?
-    {
-        notes.push(note);
-    }
-    drop(watch);
-    let pid = run.pid();
-    let audit0 = ctx.audit.as_ref().map_or(0, AuditLog::mark);
-    let p0 = procstat::read(pid)?;
-    let t0 = unix_nanos();
-    let end = Instant::now() + ctx.window;
-    let mut rss = Vec::new();
-    while Instant::now() < end {
-        run.check_alive()?;
-        rss.push(mb(procstat::read(pid)?.rss));
-        tail.poll()?;
-        sleep(Duration::from_millis(500).min(end - Instant::now())).await;
-    }
-    let p1 = procstat::read(pid)?;
-    let t1 = unix_nanos();
-    let secs = secs_since(t0, t1);
-    let mut m = Metrics::new();
-    audit_metrics(ctx, audit0, &mut m, 0, secs);
-    let code = run.stop(Duration::from_secs(60)).await;
-    tail.poll()?;
-    let runs = tail.runs_between(t0, t1);
-    let cpu = procstat::cpu_between(&p0, &p1);
-    m.insert("cores".into(), cpu / secs);
-    m.insert("rss_mb".into(), quantile(&rss, 0.5).unwrap_or(f64::NAN));
-    m.insert("peak_rss_mb".into(), mb(p1.hwm));
-    m.insert("window_s".into(), secs);
-    let per_s = tail.rate(t0, t1, 1.0);
-    m.insert("fires_per_s".into(), per_s);
-    m.insert("fires_in_window".into(), count_f(runs));
-    m.insert("fires_expected_per_s".into(), count_f(n));
-    if per_s > 0.0 {
-        m.insert("cpu_us_per_fire".into(), cpu / secs / per_s * 1e6);
-        if let Some(total) = m.get("requests").copied() {
-            m.insert("requests_per_fire".into(), total / (per_s * secs));
-        }
-    }
-    let mut lateness_ms = Vec::new();
-    if scenario != Scenario::Daemons {
-        let lat = tail.lateness(t0, t1, 1.0);
-        for (name, q) in [
-            ("lat_p50_ms", 0.5),
-            ("lat_p99_ms", 0.99),
-            ("lat_p999_ms", 0.999),
-        ] {
-            m.insert(name.into(), quantile(&lat, q).unwrap_or(f64::NAN) * 1e3);
-        }
-        lateness_ms = LATENESS_GRID
-            .iter()
-            .filter_map(|q| quantile(&lat, q / 100.0).map(|v| v * 1e3))
-            .collect();
-    }
-    if let Err(e) = code {
-        notes.push(format!("stopping: {e}"));
-    }
-    Ok(TrialOutput {
-        metrics: m,
-        notes,
-        lateness_ms,
-    })
 }
 
 async fn startup(
@@ -339,7 +252,8 @@ async fn startup(
     })
 }
 
-async fn wait_synced(watch: &Watch, n: usize) -> anyhow::Result<()> {
+/// Waits until the harness watch sees `n` objects (60 s at most).
+pub(crate) async fn wait_synced(watch: &Watch, n: usize) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         if let Some((objects, _)) = watch.counts()
