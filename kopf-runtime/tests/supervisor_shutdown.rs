@@ -240,3 +240,38 @@ async fn at_the_deadline_a_lingering_invocation_stops_being_driven() {
     gate.open();
     h.settle(|h| h.stats().threads == 0).await;
 }
+
+/// Thousands of instances ending at once on several threads: every end is applied (in batches,
+/// see `shutdown.rs`) and reported once, an object deleted meanwhile has its finalizer released,
+/// and nothing is left running or abandoned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_instances_ending_at_once_are_all_reported() {
+    const N: usize = 3000;
+    let h = Harness::new(vec![coop(), stubborn(Some(0))]);
+    let uids: Vec<String> = (0..N).map(|i| format!("u{i:05}")).collect();
+    for uid in uids.iter().map(String::as_str).chain(["d"]) {
+        h.observe(&Obj::new(uid));
+    }
+    h.settle(|h| h.stats().daemons_running == 2 * (N + 1)).await;
+    let started = std::time::Instant::now();
+    let sup = h.sup.clone();
+    let shutdown = tokio::spawn(async move { sup.shutdown().await });
+    h.observe(&Obj::new("d").deleting());
+    let report = shutdown.await.expect("the shutdown ran");
+    assert!(started.elapsed() < secs(10), "none waited for the deadline");
+    assert!(report.abandoned.is_empty(), "{:?}", report.abandoned);
+    let of_u = |list: &[(ObjectRef, &'static str)]| -> Vec<(ObjectRef, &'static str)> {
+        list.iter()
+            .filter(|(o, _)| &*o.uid != "d")
+            .cloned()
+            .collect()
+    };
+    let expected = |id| uids.iter().map(|uid| (r(uid), id)).collect::<Vec<_>>();
+    assert_eq!(of_u(&report.exited), expected("coop"), "each once, sorted");
+    assert_eq!(of_u(&report.cancelled), expected("stub"));
+    let s = h.stats();
+    assert_eq!((s.daemons_running, s.daemons_stopping), (0, 0));
+    h.settle(|h| h.finalizer("d").last().is_some_and(|&(_, hold)| !hold))
+        .await;
+    assert_eq!(h.sup.shutdown().await, report, "the same report again");
+}

@@ -24,3 +24,4 @@ pub(crate) mod spec;
 pub(crate) mod stop;
 pub(crate) mod supervisor;
 pub(crate) mod sync;
+pub(crate) mod teardown;

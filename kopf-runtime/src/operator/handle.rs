@@ -17,7 +17,7 @@ use super::shard::Membership;
 use super::write::finalizer::Finalizers;
 use super::write::records::Records;
 use crate::core::resource::ResourceInfo;
-use crate::core::supervisor::{ShutdownReport, Stats, Supervisor};
+use crate::core::supervisor::{ShutdownCounts, Stats, Supervisor};
 
 /// What the handle controls of one resource kind.
 #[derive(Debug)]
@@ -233,15 +233,18 @@ impl Operator {
         info!("the operator is shutting down");
         self.released = true;
         self.stop_watching();
-        let supervisors = self.kinds.iter().map(|kind| kind.supervisor.shutdown());
-        let reports = futures::future::join_all(supervisors);
-        match tokio::time::timeout_at(deadline, reports).await {
-            Ok(reports) => {
-                let count = |f: fn(&ShutdownReport) -> usize| reports.iter().map(f).sum::<usize>();
+        let supervisors = self
+            .kinds
+            .iter()
+            .map(|kind| kind.supervisor.shutdown_counts());
+        let counts = futures::future::join_all(supervisors);
+        match tokio::time::timeout_at(deadline, counts).await {
+            Ok(counts) => {
+                let sum = |f: fn(&ShutdownCounts) -> usize| counts.iter().map(f).sum::<usize>();
                 info!(
-                    exited = count(|r| r.exited.len()),
-                    cancelled = count(|r| r.cancelled.len()),
-                    abandoned = count(|r| r.abandoned.len()),
+                    exited = sum(|c| c.exited),
+                    cancelled = sum(|c| c.cancelled),
+                    abandoned = sum(|c| c.abandoned),
                     "every daemon and timer has stopped"
                 );
             }
@@ -345,7 +348,7 @@ impl Drop for Operator {
         let supervisors: Vec<_> = self.kinds.iter().map(|k| k.supervisor.clone()).collect();
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
-                futures::future::join_all(supervisors.iter().map(|s| s.shutdown())).await;
+                futures::future::join_all(supervisors.iter().map(|s| s.shutdown_counts())).await;
             });
         }
     }

@@ -158,7 +158,7 @@ impl SupervisorCore {
             state.record_exit(reference, spec.id, spec.kind, exit);
             self.count_stop(index, task, exit);
         }
-        self.active.send_modify(|n| *n = n.saturating_sub(1));
+        self.count_ended(1);
         self.reconcile_with(&mut state, uid, exit != Exit::Dropped);
     }
 
@@ -199,7 +199,7 @@ impl SupervisorCore {
                     "{} did not exit before the shutdown deadline; abandoning it", spec.kind.as_str());
                 state.record_exit(object, spec.id, spec.kind, Exit::Abandoned);
             }
-            self.active.send_modify(|n| *n = n.saturating_sub(1));
+            self.count_ended(1);
             self.reconcile(state, &uid);
         }
     }

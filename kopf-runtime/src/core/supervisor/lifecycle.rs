@@ -1,7 +1,8 @@
 //! What the supervisor does, in one place: per-object decisions (which instances to start or
-//! stop, whether to hold the finalizer), instance exits, pause, and shutdown (stop everything,
-//! wait for the ladders up to a deadline, abandon the rest). The data it works on is in
-//! `state.rs`, a leaf that the instance tasks import without importing this file.
+//! stop, whether to hold the finalizer), instance exits, and pause. The shutdown (stop
+//! everything, wait for the ladders up to a deadline, abandon the rest) is in `shutdown.rs`; the
+//! data they work on is in `state.rs`, a leaf that the instance tasks import without importing
+//! this file.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::Ordering;
@@ -11,10 +12,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::essence;
-use super::report::{ShutdownPhase, ShutdownReport};
 use super::runner::Runner;
 use super::state::{
-    Active, Exit, InstanceShared, Lingering, ObjectEntry, Run, Seen, State, SupervisorCore,
+    Active, Ended, Exit, InstanceShared, Lingering, ObjectEntry, Run, Seen, State, SupervisorCore,
 };
 use crate::core::effects::Effect;
 use crate::core::erased::MatchError;
@@ -30,13 +30,6 @@ enum Match {
     /// The object could not be evaluated: a `Skipped` effect (once per version), no match.
     /// The message with its causes, and without.
     Skip(String, String),
-}
-
-/// What a shutdown request found.
-enum Begin {
-    First,
-    Again,
-    Finished(ShutdownReport),
 }
 
 impl SupervisorCore {
@@ -214,7 +207,7 @@ impl SupervisorCore {
         }
         spawned += self.reconcile_changes(entry, paused, may_spawn);
         if spawned != 0 {
-            self.active.send_modify(|n| *n += spawned);
+            self.count_started(spawned);
         }
         let hold = self.holds(entry);
         if !entry.gone && entry.finalizer_sent != Some(hold) {
@@ -264,7 +257,9 @@ impl SupervisorCore {
         tokio::spawn(super::task::run(runner));
     }
 
-    /// An instance's task ended (or was abandoned): update the slot and react at once.
+    /// An instance's task ended (or was abandoned): update the slot and react at once. During
+    /// the shutdown, the end is queued and applied in a batch with others (see
+    /// `SupervisorCore::exited_while_exiting`).
     pub(crate) fn instance_exited(
         self: &Arc<Self>,
         uid: &Arc<str>,
@@ -272,7 +267,28 @@ impl SupervisorCore {
         instance: &Arc<InstanceShared>,
         exit: Exit,
     ) {
+        if self.exiting.load(Ordering::Acquire) {
+            self.exited_while_exiting(Ended {
+                uid: Arc::clone(uid),
+                index,
+                instance: Arc::clone(instance),
+                exit,
+            });
+            return;
+        }
         let mut state = self.lock();
+        self.apply_exit(&mut state, uid, index, instance, exit);
+    }
+
+    /// Applies an instance's end: its slot, the report and counters, and the object's reaction.
+    pub(super) fn apply_exit(
+        self: &Arc<Self>,
+        state: &mut State,
+        uid: &Arc<str>,
+        index: usize,
+        instance: &Arc<InstanceShared>,
+        exit: Exit,
+    ) {
         let Some(entry) = state.objects.get_mut(uid) else {
             return;
         };
@@ -295,8 +311,8 @@ impl SupervisorCore {
         let kind = self.handlers[index].spec().kind;
         state.record_exit(reference, self.handlers[index].spec().id, kind, exit);
         self.count_stop(index, instance, exit);
-        self.active.send_modify(|n| *n = n.saturating_sub(1));
-        self.reconcile_with(&mut state, uid, exit != Exit::Dropped);
+        self.count_ended(1);
+        self.reconcile_with(state, uid, exit != Exit::Dropped);
     }
 
     /// Makes the slot idle again (and respawns it if it matches) when the abandoned thread of
@@ -347,84 +363,6 @@ impl SupervisorCore {
         for uid in &uids {
             self.reconcile(&mut state, uid);
         }
-    }
-
-    /// See `Supervisor::shutdown`.
-    pub(crate) async fn shutdown(self: &Arc<Self>) -> ShutdownReport {
-        match self.begin_shutdown() {
-            Begin::Finished(report) => return report,
-            Begin::Again => self.force.cancel(),
-            Begin::First => {
-                let deadline = Instant::now() + self.config.shutdown_timeout;
-                let mut active = self.active.subscribe();
-                tokio::select! {
-                    _ = active.wait_for(|n| *n == 0) => {}
-                    () = tokio::time::sleep_until(deadline) => {}
-                    () = self.force.cancelled() => {}
-                }
-            }
-        }
-        self.finish_shutdown()
-    }
-
-    fn begin_shutdown(&self) -> Begin {
-        let mut state = self.lock();
-        match &state.shutdown {
-            ShutdownPhase::Done(report) => return Begin::Finished(report.clone()),
-            ShutdownPhase::Running(_) => return Begin::Again,
-            ShutdownPhase::NotStarted => {}
-        }
-        state.shutdown = ShutdownPhase::Running(ShutdownReport::default());
-        tracing::info!("the operator is exiting: stopping all daemons and timers");
-        for entry in state.objects.values() {
-            for slot in &entry.slots {
-                if let Run::Active(active) = &slot.run {
-                    active.shared.stop(StopReason::OPERATOR_EXITING);
-                }
-            }
-        }
-        Self::stop_change_tasks(&state, StopReason::OPERATOR_EXITING);
-        Begin::First
-    }
-
-    /// Abandons what is left and completes the report (idempotent).
-    fn finish_shutdown(self: &Arc<Self>) -> ShutdownReport {
-        let mut state = self.lock();
-        if let ShutdownPhase::Done(report) = &state.shutdown {
-            return report.clone();
-        }
-        let mut left = Vec::new();
-        for (uid, entry) in &mut state.objects {
-            for (index, slot) in entry.slots.iter_mut().enumerate() {
-                if let Run::Active(active) = &slot.run {
-                    active.shared.stop(StopReason::ABANDONED);
-                    self.count_stop(index, &active.shared, Exit::Abandoned);
-                    slot.run = Run::Idle;
-                    left.push((Arc::clone(uid), entry.reference.clone(), index));
-                }
-            }
-        }
-        for (uid, object, index) in left {
-            let spec = self.handlers[index].spec();
-            tracing::warn!(%object, handler = spec.id, "{} did not exit before the shutdown deadline; abandoning it", spec.kind.as_str());
-            state.record_exit(object, spec.id, spec.kind, Exit::Abandoned);
-            self.active.send_modify(|n| *n = n.saturating_sub(1));
-            self.reconcile(&mut state, &uid);
-        }
-        self.abandon_change_tasks(&mut state);
-        let mut report = match std::mem::replace(&mut state.shutdown, ShutdownPhase::NotStarted) {
-            ShutdownPhase::Running(report) | ShutdownPhase::Done(report) => report,
-            ShutdownPhase::NotStarted => ShutdownReport::default(),
-        };
-        for list in [
-            &mut report.exited,
-            &mut report.cancelled,
-            &mut report.abandoned,
-        ] {
-            list.sort();
-        }
-        state.shutdown = ShutdownPhase::Done(report.clone());
-        report
     }
 }
 

@@ -21,7 +21,15 @@ pub struct ShutdownReport {
     pub abandoned: Vec<(ObjectRef, &'static str)>,
 }
 
-/// Where the supervisor is in its shutdown.
+/// How many instances a shutdown's report lists in each of its lists.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ShutdownCounts {
+    pub(crate) exited: usize,
+    pub(crate) cancelled: usize,
+    pub(crate) abandoned: usize,
+}
+
+/// Where the supervisor is in its shutdown (the report unsorted: sorted copies are handed out).
 #[derive(Debug)]
 pub(crate) enum ShutdownPhase {
     NotStarted,

@@ -1,7 +1,7 @@
 //! The supervisor's shared state: objects, their handler slots, and instance bookkeeping.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use tokio::sync::{mpsc, watch};
@@ -20,6 +20,7 @@ use crate::core::memo::ObjectMemo;
 use crate::core::object::{ObjectRef, ObjectState};
 use crate::core::spec::HandlerKind;
 use crate::core::sync::lock;
+use crate::core::teardown;
 
 /// Everything the supervisor handle and its tasks share.
 pub(crate) struct SupervisorCore {
@@ -37,8 +38,12 @@ pub(crate) struct SupervisorCore {
     pub(crate) threads: Arc<AtomicUsize>,
     /// Respawns and retries that waited for an abandoned thread of their slot to return.
     pub(crate) thread_waits: AtomicU64,
-    /// The number of instances not yet exited or abandoned.
+    /// The number of instances not yet exited or abandoned. Only reaching zero is notified.
     pub(crate) active: watch::Sender<usize>,
+    /// Set once the shutdown began: instances' ends are queued in `ended` from then on.
+    pub(crate) exiting: AtomicBool,
+    /// Ends of instances reported during the shutdown, applied in batches (see `shutdown.rs`).
+    pub(crate) ended: Mutex<EndedQueue>,
     /// Cancelled by a second shutdown request: skip the grace period.
     pub(crate) force: CancellationToken,
     /// Whether any handler is an `idle` timer (only then essences are computed).
@@ -51,12 +56,34 @@ pub(crate) struct SupervisorCore {
     pub(crate) meters: Option<Box<[HandlerMeter]>>,
 }
 
+/// An instance's end, queued during the shutdown.
+pub(crate) struct Ended {
+    pub(crate) uid: Arc<str>,
+    pub(crate) index: usize,
+    pub(crate) instance: Arc<InstanceShared>,
+    pub(crate) exit: Exit,
+}
+
+/// The ends not yet applied, and whether a reporter is applying them.
+#[derive(Default)]
+pub(crate) struct EndedQueue {
+    pub(crate) ends: Vec<Ended>,
+    /// An empty vector with the capacity of an earlier batch, for the next one.
+    pub(crate) spare: Vec<Ended>,
+    pub(crate) draining: bool,
+}
+
+/// A map by object UID, with a fast hasher: every instance's start and end looks its object
+/// up, tens of thousands at a time at start-up and exit. UIDs come from the API server, not
+/// from whoever could choose colliding keys; the hasher is seeded per process all the same.
+pub(crate) type UidMap<V> = HashMap<Arc<str>, V, foldhash::fast::RandomState>;
+
 /// Which objects' handlers may run, by UID (see `Supervisor::set_scope`).
 pub type InScope = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 
 /// Mutable state, behind [`SupervisorCore::state`].
 pub(crate) struct State {
-    pub(crate) objects: HashMap<Arc<str>, ObjectEntry>,
+    pub(crate) objects: UidMap<ObjectEntry>,
     pub(crate) paused: bool,
     /// Which objects handlers may run for (`None`: all), see `Supervisor::set_scope`.
     pub(crate) scope: Option<InScope>,
@@ -70,7 +97,7 @@ pub(crate) struct State {
 impl State {
     pub(crate) fn new() -> Self {
         Self {
-            objects: HashMap::new(),
+            objects: UidMap::default(),
             paused: false,
             scope: None,
             shutdown: ShutdownPhase::NotStarted,
@@ -106,6 +133,20 @@ impl State {
             };
             list.push((object, handler));
         }
+    }
+}
+
+impl Drop for State {
+    /// The objects and the shutdown report of a big supervisor are freed on a thread of their
+    /// own (see `core::teardown`): dropping the last handle after a shutdown, typically right
+    /// before the process exits, does not wait for it.
+    fn drop(&mut self) {
+        if self.objects.len() < teardown::IN_BACKGROUND_FROM {
+            return;
+        }
+        let objects = std::mem::take(&mut self.objects);
+        let shutdown = std::mem::replace(&mut self.shutdown, ShutdownPhase::NotStarted);
+        teardown::drop_in_background((objects, shutdown));
     }
 }
 

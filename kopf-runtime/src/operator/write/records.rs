@@ -4,9 +4,10 @@
 //! version of the object's UID).
 
 use crate::core::sync::lock;
+use crate::core::teardown;
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use kube::api::DynamicObject;
 use serde_json::Value;
@@ -93,6 +94,17 @@ pub(crate) struct Record {
 /// The records of one kind, by UID.
 #[derive(Debug, Default)]
 pub(crate) struct Records(Mutex<HashMap<Arc<str>, Record>>);
+
+impl Drop for Records {
+    /// Many records are freed on a thread of their own (see `core::teardown`): the last
+    /// reference usually goes as the operator's process exits, which need not wait for it.
+    fn drop(&mut self) {
+        let records = self.0.get_mut().unwrap_or_else(PoisonError::into_inner);
+        if records.len() >= teardown::IN_BACKGROUND_FROM {
+            teardown::drop_in_background(std::mem::take(records));
+        }
+    }
+}
 
 impl Records {
     fn lock(&self) -> MutexGuard<'_, HashMap<Arc<str>, Record>> {
