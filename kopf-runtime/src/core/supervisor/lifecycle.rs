@@ -254,7 +254,7 @@ impl SupervisorCore {
         let shared = Arc::new(InstanceShared::default());
         let runner = Runner::new(self, entry, index, Arc::clone(&shared));
         entry.slots[index].run = Run::Active(Active { shared });
-        tokio::spawn(super::task::run(runner));
+        super::task::spawn(runner);
     }
 
     /// An instance's task ended (or was abandoned): update the slot and react at once. During

@@ -41,7 +41,9 @@ struct Position {
 /// Runs a timer instance to its end.
 pub(crate) async fn run(runner: &mut Runner) -> Exit {
     if let Some(cron) = runner.spec.schedule.cron {
-        return super::cron::run(runner, cron).await;
+        // Boxed: its future is larger than the interval loop's, and every timer's task would
+        // be sized for it.
+        return Box::pin(super::cron::run(runner, cron)).await;
     }
     let schedule = &runner.spec.schedule;
     let one_shot = schedule.once || (schedule.interval.is_none() && schedule.idle.is_none());
