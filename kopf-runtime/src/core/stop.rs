@@ -76,6 +76,9 @@ impl fmt::Display for StopReason {
 struct State {
     reason: StopReason,
     since: Option<Instant>,
+    /// Threads blocked in [`Stopper::wait`]: only then does a stop wake the condvar (a system
+    /// call even with nobody waiting, paid twice by every instance at shutdown).
+    blocked: u32,
 }
 
 /// One allocation per flag: the reason behind a mutex, a lock-free "is set" bit for the hot
@@ -148,8 +151,12 @@ impl Stopper {
         self.inner.set.store(true, Ordering::SeqCst);
         // Read under the lock: `token()` checks the flag under the same lock after making it.
         let token = self.inner.token.get().cloned();
+        // Read under the lock: a thread counts itself under it before it blocks.
+        let wake_threads = state.blocked > 0;
         drop(state);
-        self.inner.cond.notify_all();
+        if wake_threads {
+            self.inner.cond.notify_all();
+        }
         self.inner.notify.notify_waiters();
         if let Some(token) = token {
             token.cancel();
@@ -260,12 +267,14 @@ impl Stopper {
     /// ```
     #[must_use = "the return value says whether the handler must stop"]
     pub fn wait(&self, timeout: Duration) -> bool {
-        let guard = self.lock();
-        let (guard, _) = self
+        let mut guard = self.lock();
+        guard.blocked += 1;
+        let (mut guard, _) = self
             .inner
             .cond
             .wait_timeout_while(guard, timeout, |s| s.reason.is_empty())
             .unwrap_or_else(PoisonError::into_inner);
+        guard.blocked -= 1;
         !guard.reason.is_empty()
     }
 
@@ -330,6 +339,31 @@ mod tests {
         let late = Stopper::new();
         late.stop(StopReason::DONE);
         assert!(late.token().is_cancelled());
+    }
+
+    /// The condvar is woken only for counted waiters: a stop racing a thread that is about to
+    /// block must still wake it (a miss would block the thread for the whole hour).
+    #[test]
+    fn a_blocked_thread_raced_against_the_stop_is_always_woken() {
+        for _ in 0..200 {
+            let s = Stopper::new();
+            let s2 = s.clone();
+            let t = std::thread::spawn(move || s2.wait(Duration::from_secs(3600)));
+            s.stop(StopReason::OPERATOR_EXITING);
+            assert!(t.join().expect("the waiting thread panicked"));
+        }
+        let s = Stopper::new();
+        let s2 = s.clone();
+        let t = std::thread::spawn(move || s2.wait(Duration::from_secs(3600)));
+        while s.lock().blocked == 0 {
+            std::thread::yield_now();
+        }
+        s.stop(StopReason::OPERATOR_EXITING);
+        assert!(
+            t.join().expect("the waiting thread panicked"),
+            "woken while blocked"
+        );
+        assert_eq!(s.lock().blocked, 0);
     }
 
     #[test]
