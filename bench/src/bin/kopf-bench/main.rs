@@ -22,6 +22,7 @@ mod scenarios;
 mod shardlog;
 mod shards;
 mod steady;
+mod targets;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -1,11 +1,13 @@
-//! The Markdown report: method, machine, targets met or missed, and one table per scenario.
+//! The Markdown report: method, machine, targets met or missed (see `targets`), and one table
+//! per scenario.
 
 use std::fmt::Write as _;
 
 use kopf_bench::stats::{Summary, summarize};
 
-use crate::inproc::{DEFAULT_INTERVAL_S, Kind, label, parse_label};
+use crate::inproc::parse_label;
 use crate::results::Results;
+use crate::targets;
 
 /// The rows of scenario 9 (a single arm: one row per member count and step).
 const SHARDS: &[(&str, &str)] = &[
@@ -162,7 +164,8 @@ fn title(scenario: &str) -> &'static str {
     }
 }
 
-fn num(x: f64) -> String {
+/// A figure with as many digits as it deserves: 0.0123, 0.12, 12.3, 1234.
+pub(crate) fn num(x: f64) -> String {
     let a = x.abs();
     if x == 0.0 {
         "0".into()
@@ -188,170 +191,6 @@ fn cell(s: Option<Summary>) -> String {
             }
         },
     )
-}
-
-/// One target: what it says, what was measured, whether it was met.
-struct Target {
-    text: String,
-    measured: String,
-    met: Option<bool>,
-}
-
-fn med(values: &[f64]) -> Option<f64> {
-    summarize(values).map(|s| s.median)
-}
-
-/// Adds a target measured as `value` (in `unit`), met if `ok` holds.
-fn push(
-    out: &mut Vec<Target>,
-    text: String,
-    value: Option<f64>,
-    unit: &str,
-    ok: &dyn Fn(f64) -> bool,
-) {
-    out.push(Target {
-        text,
-        measured: value.map_or_else(|| "not measured".into(), |v| format!("{}{unit}", num(v))),
-        met: value.map(ok),
-    });
-}
-
-/// The targets of scenario 1 (timers): CPU, RSS, lateness, framework CPU per fire, and the
-/// memory against the raw kube-rs watch + store at 30 000 objects.
-fn timer_targets(r: &Results, out: &mut Vec<Target>) {
-    for n in [1000, 3000] {
-        let s = "timers";
-        let cpu_py = r.ratios(s, n, "kopf-rs", "kopf-py", "cores");
-        push(
-            out,
-            format!("S1 N={n}: CPU ≤ 1/10 of kopf's (per-pair ratio)"),
-            med(&cpu_py),
-            "×",
-            &|v| v <= 0.1,
-        );
-        let cpu_tokio = r.ratios(s, n, "kopf-rs", "tokio", "cores");
-        push(
-            out,
-            format!("S1 N={n}: CPU ≤ 2× the bare-tokio arm"),
-            med(&cpu_tokio),
-            "×",
-            &|v| v <= 2.0,
-        );
-        let rss = r.ratios(s, n, "kopf-rs", "kopf-py", "rss_mb");
-        push(
-            out,
-            format!("S1 N={n}: RSS ≤ 1/4 of kopf's"),
-            med(&rss),
-            "×",
-            &|v| v <= 0.25,
-        );
-        let p99 = r.values(s, n, "kopf-rs", "lat_p99_ms");
-        push(
-            out,
-            format!("S1 N={n}: p99 lateness ≤ 10 ms"),
-            med(&p99),
-            " ms",
-            &|v| v <= 10.0,
-        );
-        let per_fire = r.pairwise(s, n, "kopf-rs", "tokio", |a, b| {
-            Some((a.get("cores")? - b.get("cores")?) / a.get("fires_per_s")? * 1e6)
-        });
-        push(
-            out,
-            format!("S1 N={n}: framework CPU per fire ≤ 5 µs (kopf-rs − tokio)"),
-            med(&per_fire),
-            " µs",
-            &|v| v <= 5.0,
-        );
-    }
-    let n = 30_000;
-    let rss_store = r.ratios("timers", n, "kopf-rs", "kube-store", "rss_mb");
-    push(
-        out,
-        format!("S1 N={n}: steady RSS ≤ 1.5× a raw kube-rs watch + store (per-pair ratio)"),
-        med(&rss_store),
-        "×",
-        &|v| v <= 1.5,
-    );
-}
-
-/// The targets of issue 7, each met, missed or not measured.
-fn targets(r: &Results) -> Vec<Target> {
-    let mut out = Vec::new();
-    timer_targets(r, &mut out);
-    for (s, metric) in [("startup", "startup_s"), ("deletion", "deletion_s")] {
-        for (_, n) in r.groups().into_iter().filter(|(g, _)| g == s) {
-            let speedup = med(&r.ratios(s, n, "kopf-py", "kopf-rs", metric));
-            let of_raw = med(&r.ratios(s, n, "kopf-rs", "kube-loop", "objects_per_s"));
-            let met = match (speedup, of_raw) {
-                (None, None) => None,
-                (a, b) => Some(a.is_some_and(|v| v >= 4.0) || b.is_some_and(|v| v >= 0.8)),
-            };
-            out.push(Target {
-                text: format!(
-                    "S{} N={n}: ≥ 4× faster than kopf, or ≥ 80 % of the raw kube-rs loop's rate",
-                    if s == "startup" { 3 } else { 4 }
-                ),
-                measured: format!(
-                    "{}; {} of the raw loop's objects/s",
-                    speedup.map_or("kopf not run".into(), |v| format!(
-                        "{}× faster than kopf",
-                        num(v)
-                    )),
-                    of_raw.map_or("–".into(), |v| format!("{:.0} %", v * 100.0))
-                ),
-                met,
-            });
-        }
-    }
-    inproc_targets(r, &mut out);
-    out
-}
-
-/// The targets of scenario 7: bytes per idle instance at every N and interval, CPU and lateness
-/// at 100 000 timers at 1 s, and 1 000 000 timers at 10 s keeping up.
-fn inproc_targets(r: &Results, out: &mut Vec<Target>) {
-    for (kind, n) in r
-        .groups()
-        .into_iter()
-        .filter(|(g, _)| parse_label(g).is_some())
-    {
-        let b = med(&r.values(&kind, n, "kopf-rs", "bytes_per_instance_excl_objects"));
-        push(
-            out,
-            format!("S7 {kind} N={n}: ≤ 1 KB per idle instance (excluding the object cache)"),
-            b,
-            " B",
-            &|v| v <= 1024.0,
-        );
-    }
-    let s = label(Kind::Timers, DEFAULT_INTERVAL_S);
-    let cores = med(&r.values(&s, 100_000, "kopf-rs", "cores"));
-    push(
-        out,
-        "S7: ≤ 0.2 cores for 100 000 timers at 1 Hz".into(),
-        cores,
-        " cores",
-        &|v| v <= 0.2,
-    );
-    let p99 = med(&r.values(&s, 100_000, "kopf-rs", "lat_p99_ms"));
-    push(
-        out,
-        "S7: p99 lateness ≤ 10 ms at 100 000 timers".into(),
-        p99,
-        " ms",
-        &|v| v <= 10.0,
-    );
-    let (s, n) = (label(Kind::Timers, 10.0), 1_000_000);
-    // Keeping up: per trial, the fires/s measured over the N / interval expected, in %.
-    let kept = r.pairwise(&s, n, "kopf-rs", "kopf-rs", |m, _| {
-        Some(m.get("fires_per_s")? / m.get("fires_expected_per_s")? * 100.0)
-    });
-    let text = "S7: 1 000 000 timers at a 10 s interval keep up (fires/s ≥ 99 % of N / interval)";
-    push(out, text.into(), med(&kept), " %", &|v| v >= 99.0);
-    let p99 = med(&r.values(&s, n, "kopf-rs", "lat_p99_ms"));
-    let text = "S7: p99 lateness ≤ 20 ms at 1 000 000 timers at a 10 s interval";
-    push(out, text.into(), p99, " ms", &|v| v <= 20.0);
 }
 
 fn machine_section(r: &Results, md: &mut String) {
@@ -401,19 +240,7 @@ pub(crate) fn render(r: &Results) -> String {
          summarised.\n"
     );
     machine_section(r, &mut md);
-    let _ = writeln!(
-        md,
-        "## Targets\n\n| target | measured (median) | result |\n|---|---|---|"
-    );
-    for t in targets(r) {
-        let result = match t.met {
-            Some(true) => "met",
-            Some(false) => "**missed**",
-            None => "not measured",
-        };
-        let _ = writeln!(md, "| {} | {} | {result} |", t.text, t.measured);
-    }
-    let _ = writeln!(md);
+    targets::section(r, &mut md);
     let mut last = String::new();
     for (scenario, n) in r.groups() {
         if scenario != last {
