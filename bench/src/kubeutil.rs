@@ -52,3 +52,29 @@ pub async fn client(user_agent: Option<&str>) -> anyhow::Result<Client> {
 pub fn objects(client: Client) -> Api<DynamicObject> {
     Api::namespaced_with(client, NAMESPACE, &api_resource())
 }
+
+/// Requests in flight when the harness creates or patches objects (the API server's capacity).
+pub const IN_FLIGHT: usize = 32;
+
+/// Creates the benchmark objects `names` (`spec.field: value`) in the benchmark namespace,
+/// [`IN_FLIGHT`] at a time; one that exists already counts as created.
+///
+/// # Errors
+/// The first API error other than a conflict, naming the object.
+pub async fn create_objects(api: &Api<DynamicObject>, names: Vec<String>) -> anyhow::Result<()> {
+    use futures::{StreamExt as _, TryStreamExt as _, stream};
+    let ar = &api_resource();
+    stream::iter(names)
+        .map(|name| async move {
+            let mut obj = DynamicObject::new(&name, ar).within(NAMESPACE);
+            obj.data = serde_json::json!({"spec": {"field": "value"}});
+            match api.create(&kube::api::PostParams::default(), &obj).await {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+                Err(e) => Err(anyhow::Error::new(e).context(format!("creating {name}"))),
+            }
+        })
+        .buffer_unordered(IN_FLIGHT)
+        .try_collect::<()>()
+        .await
+}

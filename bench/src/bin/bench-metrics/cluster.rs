@@ -6,12 +6,11 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use futures::{StreamExt as _, TryStreamExt as _, stream};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kopf_bench::kubeutil::{HARNESS_USER_AGENT, api_resource, client, objects};
+use kopf_bench::kubeutil::{self, HARNESS_USER_AGENT, client, objects};
 use kopf_bench::names::{NAMESPACE, object_index, object_name};
-use kube::api::{DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt as _};
 use serde::Deserialize as _;
 use serde_json::json;
@@ -19,9 +18,6 @@ use tokio::time::Instant;
 
 /// The benchmark's CRD (`KopfExample`), as the harness applies it.
 const CRD_YAML: &str = include_str!("../../../../kopf-examples/crds/kopfexample.yaml");
-/// Requests in flight while creating objects (the harness's figure).
-const IN_FLIGHT: usize = 32;
-
 /// The API of the benchmark objects, with the harness's user agent.
 pub(crate) async fn connect() -> anyhow::Result<Api<DynamicObject>> {
     let client = client(Some(HARNESS_USER_AGENT))
@@ -94,7 +90,7 @@ pub(crate) async fn ensure(api: &Api<DynamicObject>, n: usize) -> anyhow::Result
         .filter(|name| !present.contains(name))
         .collect();
     let created = missing.len();
-    create(api, missing).await?;
+    kubeutil::create_objects(api, missing).await?;
     Ok(created)
 }
 
@@ -108,24 +104,6 @@ async fn wait_gone(api: &Api<DynamicObject>, name: &str) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     Ok(())
-}
-
-/// Creates the objects `names` (as the harness does: `spec.field: value`), 32 in flight.
-async fn create(api: &Api<DynamicObject>, names: Vec<String>) -> anyhow::Result<()> {
-    let ar = &api_resource();
-    stream::iter(names)
-        .map(|name| async move {
-            let mut obj = DynamicObject::new(&name, ar).within(NAMESPACE);
-            obj.data = json!({"spec": {"field": "value"}});
-            match api.create(&PostParams::default(), &obj).await {
-                Ok(_) => Ok(()),
-                Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-                Err(e) => Err(anyhow::Error::new(e).context(format!("creating {name}"))),
-            }
-        })
-        .buffer_unordered(IN_FLIGHT)
-        .try_collect::<()>()
-        .await
 }
 
 /// How many of the objects `0..n` carry `finalizer`, as the API server has them.

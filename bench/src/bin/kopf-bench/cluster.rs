@@ -11,9 +11,9 @@ use futures::{StreamExt as _, TryStreamExt as _, stream};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kopf_bench::kubeutil::{HARNESS_USER_AGENT, api_resource, client, objects};
+use kopf_bench::kubeutil::{self, HARNESS_USER_AGENT, client, objects};
 use kopf_bench::names::{NAMESPACE, object_index, object_name};
-use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt as _};
 use serde::Deserialize as _;
@@ -21,7 +21,6 @@ use serde_json::json;
 use tokio::time::Instant;
 
 const CRD_YAML: &str = include_str!("../../../../kopf-examples/crds/kopfexample.yaml");
-const IN_FLIGHT: usize = 32;
 
 /// The harness's connection to the API server.
 #[derive(Clone)]
@@ -78,7 +77,7 @@ impl Cluster {
                     Err(e) => Err(anyhow::Error::new(e).context(format!("patching {name}"))),
                 }
             })
-            .buffer_unordered(IN_FLIGHT)
+            .buffer_unordered(kubeutil::IN_FLIGHT)
             .try_collect::<()>()
             .await
     }
@@ -109,26 +108,7 @@ impl Cluster {
             existing.clear();
         }
         wanted.retain(|name| !existing.contains_key(name));
-        self.create(wanted).await
-    }
-
-    async fn create(&self, names: Vec<String>) -> anyhow::Result<()> {
-        let ar = api_resource();
-        let api = &self.api;
-        let ar = &ar;
-        stream::iter(names)
-            .map(|name| async move {
-                let mut obj = DynamicObject::new(&name, ar).within(NAMESPACE);
-                obj.data = json!({"spec": {"field": "value"}});
-                match api.create(&PostParams::default(), &obj).await {
-                    Ok(_) => Ok(()),
-                    Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-                    Err(e) => Err(anyhow::Error::new(e).context(format!("creating {name}"))),
-                }
-            })
-            .buffer_unordered(IN_FLIGHT)
-            .try_collect::<()>()
-            .await
+        kubeutil::create_objects(&self.api, wanted).await
     }
 
     /// Deletes every benchmark object with one delete-collection request.
