@@ -234,7 +234,7 @@ async fn create_many_one(api: &Api<KopfExample>, name: &str) -> anyhow::Result<(
 
 #[tokio::test]
 async fn three_thousand_existing_objects_stay_within_the_request_limit() -> anyhow::Result<()> {
-    const RATE: u32 = 30;
+    const RATE: u32 = 100;
     const COUNT: usize = 3000;
     let (ns, api) = example_namespace().await?;
     create_many(&api, "bulk", COUNT).await?;

@@ -3,7 +3,7 @@
 //! invariants of `faults_common` and report objects churned, faults injected, invariant
 //! violations (must be 0) and RSS at start and end.
 //!
-//! Bounded by default (`KOPF_SOAK_SECONDS`, default 150 s of churn, a few minutes in all);
+//! Bounded by default (`KOPF_SOAK_SECONDS`, default 60 s of churn, about 80 s in all);
 //! longer on demand, e.g. `KOPF_SOAK_SECONDS=3600 cargo test -p kopf-tests --test soak --
 //! --nocapture`. `KOPF_SOAK_RATE` (operations per second, default 25) and `KOPF_SOAK_LIVE`
 //! (objects alive at once, default 300) shape the load.
@@ -26,7 +26,7 @@ const DAEMON: &str = "soak-daemon";
 const TIMER: &str = "soak-timer";
 const INTERVAL: Duration = Duration::from_secs(5);
 /// A watch drop this often; every third one is followed by a 410 on the next watch.
-const FAULT_EVERY: Duration = Duration::from_secs(15);
+const FAULT_EVERY: Duration = Duration::from_secs(6);
 
 #[daemon(id = "soak-daemon")]
 async fn soak_daemon(obj: Arc<KopfExample>, stopper: Stopper, log: Data<InstanceLog>) {
@@ -71,7 +71,7 @@ struct Churn {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn soak_churn_with_watch_faults() -> anyhow::Result<()> {
-    let seconds = env_number("KOPF_SOAK_SECONDS", 150);
+    let seconds = env_number("KOPF_SOAK_SECONDS", 60);
     let rate = env_number("KOPF_SOAK_RATE", 25).max(1);
     let max_live = usize::try_from(env_number("KOPF_SOAK_LIVE", 300))?.max(1);
     let (ns, api) = example_namespace().await?;
