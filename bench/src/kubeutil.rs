@@ -1,9 +1,20 @@
 //! Kubernetes access shared by the harness and the raw kube-rs arm.
 
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
-use kube::{Client, Config};
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{
+    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+};
+use kube::{Client, Config, ResourceExt as _};
+use serde::Deserialize as _;
 
 use crate::names::{GROUP, KIND, NAMESPACE, PLURAL, VERSION};
+
+/// The benchmark's CRD (`KopfExample`), as the examples ship it.
+const CRD_YAML: &str = include_str!("../../kopf-examples/crds/kopfexample.yaml");
 
 /// The user agent of the harness's own requests, so the audit-log count can leave them out.
 pub const HARNESS_USER_AGENT: &str = "kopf-bench-harness";
@@ -77,4 +88,44 @@ pub async fn create_objects(api: &Api<DynamicObject>, names: Vec<String>) -> any
         .buffer_unordered(IN_FLIGHT)
         .try_collect::<()>()
         .await
+}
+
+/// Applies the benchmark's CRD and the namespace `namespace` (server-side apply with the
+/// harness's field manager: a no-op when they are there), then waits up to 30 s until the
+/// objects are served in it.
+///
+/// # Errors
+/// The first failed request, or the objects not served after 30 s.
+///
+/// ```no_run
+/// # async fn demo() -> anyhow::Result<()> {
+/// let client = kopf_bench::kubeutil::client(None).await?;
+/// kopf_bench::kubeutil::apply_crd_and_namespace(&client, "kopf-bench").await?;
+/// # Ok(()) }
+/// ```
+pub async fn apply_crd_and_namespace(client: &Client, namespace: &str) -> anyhow::Result<()> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let pp = PatchParams::apply(HARNESS_USER_AGENT).force();
+    for doc in serde_yaml::Deserializer::from_str(CRD_YAML) {
+        let crd = CustomResourceDefinition::deserialize(doc).context("parsing the CRD")?;
+        crds.patch(&crd.name_any(), &pp, &Patch::Apply(&crd))
+            .await
+            .context("applying the CRD")?;
+    }
+    let nss: Api<Namespace> = Api::all(client.clone());
+    let ns = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}});
+    nss.patch(namespace, &pp, &Patch::Apply(&ns))
+        .await
+        .context("applying the namespace")?;
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &api_resource());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match api.list_metadata(&ListParams::default().limit(1)).await {
+            Ok(_) => return Ok(()),
+            Err(e) if tokio::time::Instant::now() > deadline => {
+                bail!("the CRD is not served: {e}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
 }

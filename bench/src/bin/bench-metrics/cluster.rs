@@ -6,18 +6,13 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kopf_bench::kubeutil::{self, HARNESS_USER_AGENT, client, objects};
 use kopf_bench::names::{NAMESPACE, object_index, object_name};
 use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt as _};
-use serde::Deserialize as _;
 use serde_json::json;
 use tokio::time::Instant;
 
-/// The benchmark's CRD (`KopfExample`), as the harness applies it.
-const CRD_YAML: &str = include_str!("../../../../kopf-examples/crds/kopfexample.yaml");
 /// The API of the benchmark objects, with the harness's user agent.
 pub(crate) async fn connect() -> anyhow::Result<Api<DynamicObject>> {
     let client = client(Some(HARNESS_USER_AGENT))
@@ -26,31 +21,10 @@ pub(crate) async fn connect() -> anyhow::Result<Api<DynamicObject>> {
     Ok(objects(client))
 }
 
-/// Applies the CRD and the namespace (server-side apply, as the harness's setup does: a no-op
-/// when they are there) and waits until the resource is served.
+/// Applies the CRD and the namespace, as the harness's setup does, and waits until the
+/// resource is served.
 async fn setup(api: &Api<DynamicObject>) -> anyhow::Result<()> {
-    let client = api.clone().into_client();
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let pp = PatchParams::apply(HARNESS_USER_AGENT).force();
-    for doc in serde_yaml::Deserializer::from_str(CRD_YAML) {
-        let crd = CustomResourceDefinition::deserialize(doc).context("parsing the CRD")?;
-        crds.patch(&crd.name_any(), &pp, &Patch::Apply(&crd))
-            .await
-            .context("applying the CRD")?;
-    }
-    let nss: Api<Namespace> = Api::all(client);
-    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}});
-    nss.patch(NAMESPACE, &pp, &Patch::Apply(&ns))
-        .await
-        .context("applying the namespace")?;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        match api.list_metadata(&ListParams::default().limit(1)).await {
-            Ok(_) => return Ok(()),
-            Err(e) if Instant::now() > deadline => bail!("the CRD is not served: {e}"),
-            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-        }
-    }
+    kubeutil::apply_crd_and_namespace(&api.clone().into_client(), NAMESPACE).await
 }
 
 /// Applies the CRD and the namespace, then makes objects `0..n` exist, none of them being

@@ -9,18 +9,13 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use futures::{StreamExt as _, TryStreamExt as _, stream};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kopf_bench::kubeutil::{self, HARNESS_USER_AGENT, client, objects};
 use kopf_bench::names::{NAMESPACE, object_index, object_name};
 use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt as _};
-use serde::Deserialize as _;
 use serde_json::json;
 use tokio::time::Instant;
-
-const CRD_YAML: &str = include_str!("../../../../kopf-examples/crds/kopfexample.yaml");
 
 /// The harness's connection to the API server.
 #[derive(Clone)]
@@ -40,27 +35,7 @@ impl Cluster {
 
     /// Applies the CRD and the namespace and waits until the resource is served.
     pub(crate) async fn setup(&self) -> anyhow::Result<()> {
-        let crds: Api<CustomResourceDefinition> = Api::all(self.client.clone());
-        let pp = PatchParams::apply(HARNESS_USER_AGENT).force();
-        for doc in serde_yaml::Deserializer::from_str(CRD_YAML) {
-            let crd = CustomResourceDefinition::deserialize(doc).context("parsing the CRD")?;
-            crds.patch(&crd.name_any(), &pp, &Patch::Apply(&crd))
-                .await
-                .context("applying the CRD")?;
-        }
-        let nss: Api<Namespace> = Api::all(self.client.clone());
-        let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}});
-        nss.patch(NAMESPACE, &pp, &Patch::Apply(&ns))
-            .await
-            .context("applying the namespace")?;
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            match self.api.list(&ListParams::default().limit(1)).await {
-                Ok(_) => return Ok(()),
-                Err(e) if Instant::now() > deadline => bail!("the CRD is not served: {e}"),
-                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-            }
-        }
+        kubeutil::apply_crd_and_namespace(&self.client, NAMESPACE).await
     }
 
     async fn for_each(&self, names: Vec<String>, patch: serde_json::Value) -> anyhow::Result<()> {
