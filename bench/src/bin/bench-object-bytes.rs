@@ -99,7 +99,12 @@ async fn table() -> anyhow::Result<()> {
         }
         if api.get_opt(&name).await?.is_some() {
             api.delete(&name, &Default::default()).await?;
+            let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
             while api.get_opt(&name).await?.is_some() {
+                anyhow::ensure!(
+                    tokio::time::Instant::now() < deadline,
+                    "{NAMESPACE}/{name} from an earlier run is not gone after 30 s (a finalizer?)"
+                );
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             }
         }
