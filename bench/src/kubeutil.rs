@@ -1,4 +1,4 @@
-//! Kubernetes access shared by the harness and the raw kube-rs arm.
+//! Kubernetes access shared by the harness, the raw kube-rs arms and the micro-measurements.
 
 use std::time::Duration;
 

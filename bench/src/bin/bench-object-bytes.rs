@@ -150,24 +150,29 @@ fn hold(arm: &str, file: &Path, n: usize) -> anyhow::Result<u64> {
             serde_json::to_string(&copy)
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let mut kopf = Vec::new();
-    let mut store = Vec::new();
-    kopf.reserve_exact(if arm == "kopf-rs" { n } else { 0 });
-    store.reserve_exact(if arm == "kube-store" { n } else { 0 });
+    match arm {
+        "kopf-rs" => keep(&texts, |text| {
+            let state = ObjectState::from_json(serde_json::from_str(text)?)?;
+            state
+                .decode::<KopfExample>()
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            Ok(state)
+        }),
+        "kube-store" => keep(&texts, |text| {
+            Ok(Arc::new(serde_json::from_str::<DynamicObject>(text)?))
+        }),
+        _ => anyhow::bail!("unknown arm {arm}"),
+    }
+}
+
+/// Parses every text with `parse` and keeps the results; returns the growth of resident memory
+/// per text, in bytes (the vector that keeps them is allocated before the first reading).
+fn keep<T>(texts: &[String], parse: impl Fn(&str) -> anyhow::Result<T>) -> anyhow::Result<u64> {
+    let mut kept = Vec::with_capacity(texts.len());
     let before = procstat::read(std::process::id())?.rss;
-    for text in &texts {
-        match arm {
-            "kopf-rs" => {
-                let state = ObjectState::from_json(serde_json::from_str(text)?)?;
-                state
-                    .decode::<KopfExample>()
-                    .map_err(|e| anyhow::anyhow!("{e}"))?;
-                kopf.push(state);
-            }
-            "kube-store" => store.push(Arc::new(serde_json::from_str::<DynamicObject>(text)?)),
-            _ => anyhow::bail!("unknown arm {arm}"),
-        }
+    for text in texts {
+        kept.push(parse(text)?);
     }
     let after = procstat::read(std::process::id())?.rss;
-    Ok(after.saturating_sub(before) / n as u64)
+    Ok(after.saturating_sub(before) / texts.len().max(1) as u64)
 }
