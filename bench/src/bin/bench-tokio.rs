@@ -56,8 +56,7 @@ async fn main() -> anyhow::Result<()> {
     let interval = Duration::from_secs(1);
     let spread = match std::env::var("BENCH_FLOOR_PHASES").as_deref() {
         Ok("spread") => true,
-        Ok("together") => false,
-        Ok("") | Err(_) => false,
+        Ok("together" | "") | Err(_) => false,
         Ok(other) => bail!("BENCH_FLOOR_PHASES={other:?}: expected `together` or `spread`"),
     };
     for i in 0..n {
