@@ -14,7 +14,7 @@
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::core::stop::Stopper;
+use crate::core::stop::{Stopper, Validity};
 
 /// Until when invocations may start: `None` allows none; the sender moves it.
 #[derive(Debug, Clone)]
@@ -24,6 +24,12 @@ impl Clearance {
     /// A clearance that follows `until`.
     pub(crate) fn new(until: watch::Receiver<Option<Instant>>) -> Self {
         Self(until)
+    }
+
+    /// The deadline it follows, for binding a running invocation's stop flag to it (see
+    /// [`Stopper::bind_validity`]).
+    pub(crate) fn validity(&self) -> Validity {
+        self.0.clone()
     }
 
     /// Whether an invocation may start now (the check [`Clearance::wait`] begins with).

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Duration;
 
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -81,9 +81,13 @@ struct State {
     blocked: u32,
 }
 
+/// Until when the holder of a flag may act, on the local monotonic clock (`None`: not at all).
+/// The replica's leadership or shard membership moves it; see [`Stopper::bind_validity`].
+pub(crate) type Validity = watch::Receiver<Option<Instant>>;
+
 /// One allocation per flag: the reason behind a mutex, a lock-free "is set" bit for the hot
-/// checks, a condvar for blocking waiters, a `Notify` for async waiters, and a cancellation
-/// token made only when somebody asks for one.
+/// checks, a condvar for blocking waiters, a `Notify` for async waiters, a cancellation token
+/// made only when somebody asks for one, and the validity the flag is bound to, if any.
 #[derive(Debug, Default)]
 struct FlagState {
     state: Mutex<State>,
@@ -91,6 +95,7 @@ struct FlagState {
     cond: Condvar,
     notify: Notify,
     token: OnceLock<CancellationToken>,
+    validity: OnceLock<Validity>,
 }
 
 /// The stop flag of one handler instance: async handlers await it, blocking handlers poll or
@@ -165,13 +170,40 @@ impl Stopper {
 
     /// Whether the flag is set.
     ///
+    /// With leader election or sharding, the flag of a running handler also counts as set (with
+    /// [`StopReason::OPERATOR_PAUSING`]) from the moment this replica's validity lapsed on its
+    /// own monotonic clock, before the operator has noticed and stopped the handler: a process
+    /// thawed after a freeze past its lease sees `true` here at once. See
+    /// `docs/high-availability.md`.
+    ///
     /// ```
     /// # use kopf_runtime::Stopper;
     /// assert!(!Stopper::new().is_stopped());
     /// ```
     #[must_use]
     pub fn is_stopped(&self) -> bool {
-        self.inner.set.load(Ordering::SeqCst)
+        self.inner.set.load(Ordering::SeqCst) || self.lapse()
+    }
+
+    /// From now on, the flag counts as set once `validity` has lapsed (its deadline passed, or
+    /// it was withdrawn): every check of the flag compares the deadline with the clock, and the
+    /// first one to find it passed sets the flag with [`StopReason::OPERATOR_PAUSING`]. The
+    /// first validity bound stays.
+    pub(crate) fn bind_validity(&self, validity: impl FnOnce() -> Validity) {
+        let _bound = self.inner.validity.get_or_init(validity);
+    }
+
+    /// Whether the bound validity has lapsed; sets the flag if so (called only while unset).
+    fn lapse(&self) -> bool {
+        let lapsed = self.inner.validity.get().is_some_and(|validity| {
+            validity
+                .borrow()
+                .is_none_or(|until| Instant::now() >= until)
+        });
+        if lapsed {
+            self.stop(StopReason::OPERATOR_PAUSING);
+        }
+        lapsed
     }
 
     /// All reasons set so far (empty if the flag is not set).
@@ -185,6 +217,7 @@ impl Stopper {
     /// ```
     #[must_use]
     pub fn reason(&self) -> StopReason {
+        let _set = self.is_stopped();
         self.lock().reason
     }
 
@@ -196,6 +229,7 @@ impl Stopper {
     /// ```
     #[must_use]
     pub fn since(&self) -> Option<Instant> {
+        let _set = self.is_stopped();
         self.lock().since
     }
 
@@ -239,6 +273,9 @@ impl Stopper {
     /// Sleeps for `duration` or until the flag is set, whichever comes first. Returns `true` if
     /// the flag is set (so `if stopper.sleep(d).await { break }` reads naturally).
     ///
+    /// The flag is checked again when the sleep ends, so a replica that wakes up past its
+    /// validity (thawed after a freeze) returns `true` before the loop's next body can run.
+    ///
     /// # Cancellation safety
     /// This method is cancel safe.
     ///
@@ -256,7 +293,8 @@ impl Stopper {
     }
 
     /// Blocks the current thread for up to `timeout` or until the flag is set. Returns `true` if
-    /// the flag is set. For blocking (`fn`) handlers; never call it from async code.
+    /// the flag is set (checked again when the wait ends, like [`Stopper::sleep`]). For blocking
+    /// (`fn`) handlers; never call it from async code.
     ///
     /// ```
     /// # use kopf_runtime::{StopReason, Stopper}; use std::time::Duration;
@@ -267,6 +305,9 @@ impl Stopper {
     /// ```
     #[must_use = "the return value says whether the handler must stop"]
     pub fn wait(&self, timeout: Duration) -> bool {
+        if self.is_stopped() {
+            return true;
+        }
         let mut guard = self.lock();
         guard.blocked += 1;
         let (mut guard, _) = self
@@ -275,7 +316,9 @@ impl Stopper {
             .wait_timeout_while(guard, timeout, |s| s.reason.is_empty())
             .unwrap_or_else(PoisonError::into_inner);
         guard.blocked -= 1;
-        !guard.reason.is_empty()
+        let set = !guard.reason.is_empty();
+        drop(guard);
+        set || self.is_stopped()
     }
 
     /// A cancellation token that is cancelled when the flag is set, for `select!` and for
@@ -291,6 +334,7 @@ impl Stopper {
     #[must_use]
     pub fn token(&self) -> CancellationToken {
         let token = self.inner.token.get_or_init(CancellationToken::new).clone();
+        let _set = self.is_stopped();
         // Under the lock, so that a concurrent `stop()` either sees the token or is seen here.
         if !self.lock().reason.is_empty() {
             token.cancel();
@@ -364,6 +408,63 @@ mod tests {
             "woken while blocked"
         );
         assert_eq!(s.lock().blocked, 0);
+    }
+
+    /// A daemon's loop, `while !stopper.sleep(d).await { body }`, in a process frozen past its
+    /// validity: when it thaws, the sleep that ran out meanwhile reports the stop, and no body
+    /// runs, though nobody has set the flag yet. A validity that is renewed keeps it running.
+    #[tokio::test(start_paused = true)]
+    async fn a_sleep_that_ends_past_the_validity_reports_the_stop() {
+        let start = Instant::now();
+        let (validity, bound) = watch::channel(Some(start + Duration::from_secs(10)));
+        let s = Stopper::new();
+        s.bind_validity(|| bound);
+        // Renewed while it runs: a sleep across the old deadline goes on.
+        assert!(!s.sleep(Duration::from_secs(8)).await);
+        validity.send_replace(Some(start + Duration::from_secs(20)));
+        assert!(!s.sleep(Duration::from_secs(8)).await);
+        assert!(!s.is_stopped());
+        // Frozen for 30 s in the middle of a sleep (the clock jumps, the timer is overdue).
+        let sleeping = tokio::spawn({
+            let s = s.clone();
+            async move { s.sleep(Duration::from_secs(1)).await }
+        });
+        tokio::task::yield_now().await;
+        tokio::time::advance(Duration::from_secs(30)).await;
+        assert!(sleeping.await.is_ok_and(|stopped| stopped));
+        assert_eq!(s.reason(), StopReason::OPERATOR_PAUSING);
+        assert!(s.token().is_cancelled());
+        s.stopped().await;
+        // The first set time is when the lapse was seen.
+        assert_eq!(s.since(), Some(start + Duration::from_secs(46)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn every_check_of_a_lapsed_or_withdrawn_validity_reports_the_stop() {
+        let now = Instant::now();
+        for (until, stopped) in [
+            (Some(now + Duration::from_secs(1)), false),
+            (Some(now), true),
+            (Some(now - Duration::from_secs(1)), true),
+            (None, true),
+        ] {
+            let s = Stopper::new();
+            let (_validity, bound) = watch::channel(until);
+            s.bind_validity(|| bound);
+            assert_eq!(s.is_stopped(), stopped, "{until:?}");
+            assert_eq!(!s.reason().is_empty(), stopped, "{until:?}");
+            assert_eq!(s.token().is_cancelled(), stopped, "{until:?}");
+            assert_eq!(s.wait(Duration::ZERO), stopped, "{until:?}");
+        }
+        // Unbound: no validity, no lapse.
+        assert!(!Stopper::new().is_stopped());
+        // The first validity bound stays.
+        let s = Stopper::new();
+        let (_first, bound) = watch::channel(Some(now + Duration::from_secs(1)));
+        s.bind_validity(|| bound);
+        let (_second, bound) = watch::channel(None);
+        s.bind_validity(|| bound);
+        assert!(!s.is_stopped());
     }
 
     #[test]

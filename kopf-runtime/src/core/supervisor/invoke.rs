@@ -249,6 +249,13 @@ impl Attempt {
         let stopper = runner
             .shared
             .begin_invocation(runner.spec.timeout.is_some());
+        if let Some(clearance) = runner.inner.clearance.get() {
+            // Cleared now: from here on, every check of the flags also ends the invocation the
+            // moment the clearance lapses, even before the supervisor hears of it (a process
+            // thawed past its lease must not run another loop of a daemon).
+            runner.shared.stopper.bind_validity(|| clearance.validity());
+            stopper.bind_validity(|| clearance.validity());
+        }
         if runner.stopping() {
             return AttemptEnd::Stopped(Exit::Exited);
         }
