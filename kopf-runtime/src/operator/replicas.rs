@@ -114,14 +114,19 @@ impl Replicas {
         }
     }
 
-    /// What `/readyz` adds: a member's ranges and objects.
+    /// What `/readyz` adds: the role, or a member's ranges and objects; and the Lease's
+    /// problems, if any.
     pub(crate) fn detail(&self) -> Option<Detail> {
         match self {
+            Self::Alone => None,
+            Self::Elected(elector) => {
+                let elector = elector.clone();
+                Some(Arc::new(move || elector.detail()))
+            }
             Self::Sharded(member) => {
                 let member = member.clone();
-                Some(Arc::new(move || member.membership().to_string()))
+                Some(Arc::new(move || member.detail()))
             }
-            _ => None,
         }
     }
 

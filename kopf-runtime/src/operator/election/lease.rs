@@ -10,6 +10,13 @@
 //! | held by this replica | renew it |
 //! | held by another, changed less than its duration ago (locally) | wait |
 //! | held by another, unchanged for its duration (locally) | take it over |
+//! | held by this identity with another incarnation (a twin, or this replica's previous process) | as held by another |
+//!
+//! The identity alone cannot tell two processes apart when they share it (a fixed `--identity`,
+//! a static `POD_NAME`, one StatefulSet pod name in two namespaces): both would renew "their"
+//! Lease and lead at once. So each process also writes a random incarnation beside it, in the
+//! annotation [`INCARNATION_ANNOTATION`] (the holder identity stays as other tooling reads it),
+//! and treats the Lease as its own only when both match.
 
 use std::time::Duration;
 
@@ -20,6 +27,30 @@ use kube::Client;
 use kube::api::{Api, ObjectMeta, PostParams};
 use tokio::time::Instant;
 
+/// The annotation of a Lease that holds its holder's incarnation (a random id per process).
+pub(crate) const INCARNATION_ANNOTATION: &str = "kopf.dev/holder-incarnation";
+
+/// Who writes a Lease: this replica's identity, and the incarnation of this process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Claimant {
+    pub(crate) identity: String,
+    pub(crate) incarnation: String,
+}
+
+impl Claimant {
+    pub(crate) fn new(identity: impl Into<String>, incarnation: impl Into<String>) -> Self {
+        Self {
+            identity: identity.into(),
+            incarnation: incarnation.into(),
+        }
+    }
+
+    /// `identity` with a new random incarnation.
+    pub(crate) fn random(identity: impl Into<String>) -> Self {
+        Self::new(identity, format!("{:016x}", fastrand::u64(..)))
+    }
+}
+
 /// What matters of a Lease as read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Record {
@@ -29,6 +60,8 @@ pub(crate) struct Record {
     pub(crate) duration: Duration,
     /// `metadata.resourceVersion`: it changes with every write, renewals included.
     pub(crate) version: Option<String>,
+    /// The holder's incarnation (`None`: not written, e.g. by other tooling).
+    pub(crate) incarnation: Option<String>,
 }
 
 impl Record {
@@ -44,7 +77,21 @@ impl Record {
                     .unwrap_or(0),
             ),
             version: lease.metadata.resource_version.clone(),
+            incarnation: (lease.metadata.annotations.as_ref())
+                .and_then(|a| a.get(INCARNATION_ANNOTATION))
+                .filter(|i| !i.is_empty())
+                .cloned(),
         }
+    }
+
+    /// Whether it names `me`'s identity with another incarnation: another process with the
+    /// same identity holds it (or held it, and has not released it).
+    pub(crate) fn twin_of(&self, me: &Claimant) -> bool {
+        self.holder.as_deref() == Some(me.identity.as_str())
+            && self
+                .incarnation
+                .as_deref()
+                .is_some_and(|i| i != me.incarnation)
     }
 }
 
@@ -70,39 +117,44 @@ impl Observed {
 pub(crate) enum Decision {
     /// Write it, holding it (acquire or renew).
     Take,
-    /// Another replica holds it: wait.
-    Wait { holder: String },
+    /// Another replica holds it (`twin`: one with this replica's identity): wait.
+    Wait { holder: String, twin: bool },
 }
 
 /// The decision for `me` (see the module's table).
-pub(crate) fn decide(observed: &Observed, me: &str, now: Instant) -> Decision {
-    match &observed.record.holder {
+pub(crate) fn decide(observed: &Observed, me: &Claimant, now: Instant) -> Decision {
+    let record = &observed.record;
+    let twin = record.twin_of(me);
+    match &record.holder {
         None => Decision::Take,
-        Some(holder) if holder == me => Decision::Take,
-        Some(holder) if now >= observed.since + observed.record.duration => Decision::Take,
+        Some(holder) if holder == &me.identity && !twin => Decision::Take,
+        Some(_) if now >= observed.since + record.duration => Decision::Take,
         Some(holder) => Decision::Wait {
             holder: holder.clone(),
+            twin,
         },
     }
 }
 
-/// The Lease as `me` writes it: held by `me` and renewed now; a new holder also sets the
-/// acquire time and counts a transition.
-pub(crate) fn claimed(lease: &Lease, me: &str, duration: Duration, now: Timestamp) -> Lease {
+/// The Lease as `me` writes it: held by `me` and renewed now; a new holder (another identity or
+/// incarnation) also sets the acquire time and counts a transition.
+pub(crate) fn claimed(lease: &Lease, me: &Claimant, duration: Duration, now: Timestamp) -> Lease {
     let mut lease = lease.clone();
+    let before = Record::of(&lease);
+    let annotations = lease
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default);
+    annotations.insert(INCARNATION_ANNOTATION.to_owned(), me.incarnation.clone());
     let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
-    let changed = spec.holder_identity.as_deref() != Some(me);
+    let changed = before.holder.as_deref() != Some(me.identity.as_str()) || before.twin_of(me);
     if changed {
         spec.acquire_time = Some(MicroTime(now));
-        if spec
-            .holder_identity
-            .as_deref()
-            .is_some_and(|h| !h.is_empty())
-        {
+        if before.holder.is_some() {
             spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0).saturating_add(1));
         }
     }
-    spec.holder_identity = Some(me.to_owned());
+    spec.holder_identity = Some(me.identity.clone());
     spec.lease_duration_seconds = Some(seconds(duration));
     spec.renew_time = Some(MicroTime(now));
     lease
@@ -115,12 +167,18 @@ pub(crate) fn released(lease: &Lease, now: Timestamp) -> Lease {
     let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
     spec.holder_identity = None;
     spec.lease_duration_seconds = Some(1);
+    if let Some(annotations) = lease.metadata.annotations.as_mut() {
+        annotations.remove(INCARNATION_ANNOTATION);
+    }
     spec.renew_time = Some(MicroTime(now));
     lease
 }
 
+/// `duration` in whole seconds, rounded up (the settings refuse fractions; a longer duration
+/// only makes the others wait longer, never overlap), at least 1.
 fn seconds(duration: Duration) -> i32 {
-    i32::try_from(duration.as_secs().max(1)).unwrap_or(i32::MAX)
+    let whole = duration.as_secs() + u64::from(duration.subsec_nanos() > 0);
+    i32::try_from(whole.max(1)).unwrap_or(i32::MAX)
 }
 
 /// The Lease in the cluster.
@@ -158,7 +216,11 @@ impl LeaseApi {
     ///
     /// # Cancellation safety
     /// Dropping the future may or may not leave the Lease created.
-    pub(crate) async fn create(&self, me: &str, duration: Duration) -> Result<Lease, kube::Error> {
+    pub(crate) async fn create(
+        &self,
+        me: &Claimant,
+        duration: Duration,
+    ) -> Result<Lease, kube::Error> {
         let lease = Lease {
             metadata: ObjectMeta {
                 name: Some(self.name.clone()),
@@ -190,6 +252,14 @@ mod tests {
             holder: holder.map(str::to_owned),
             duration: Duration::from_secs(secs),
             version: Some(version.to_owned()),
+            incarnation: None,
+        }
+    }
+
+    fn of(incarnation: &str, record: Record) -> Record {
+        Record {
+            incarnation: Some(incarnation.to_owned()),
+            ..record
         }
     }
 
@@ -198,17 +268,51 @@ mod tests {
         let t0 = Instant::now();
         let s = Duration::from_secs;
         let take = Decision::Take;
-        let wait = Decision::Wait {
-            holder: "b".to_owned(),
+        let wait = |holder: &str, twin| Decision::Wait {
+            holder: holder.to_owned(),
+            twin,
         };
-        // (record, observed since, now, decision for "a")
+        let me = Claimant::new("a", "a1");
+        // (record, observed since, now, decision for "a" in its incarnation "a1")
         let table = [
             (record(None, 15, "1"), t0, t0, take.clone()),
             (record(Some(""), 15, "1"), t0, t0, take.clone()),
             (record(Some("a"), 15, "1"), t0, t0, take.clone()),
-            (record(Some("b"), 15, "1"), t0, t0 + s(14), wait.clone()),
+            (of("a1", record(Some("a"), 15, "1")), t0, t0, take.clone()),
+            (record(Some("b"), 15, "1"), t0, t0 + s(14), wait("b", false)),
             (record(Some("b"), 15, "1"), t0, t0 + s(15), take.clone()),
-            (record(Some("b"), 15, "1"), t0 + s(10), t0 + s(20), wait),
+            (
+                record(Some("b"), 15, "1"),
+                t0 + s(10),
+                t0 + s(20),
+                wait("b", false),
+            ),
+            (
+                of("a1", record(Some("b"), 15, "1")),
+                t0,
+                t0,
+                wait("b", false),
+            ),
+            // A twin: this identity, another incarnation. Held by another until it expires.
+            (
+                of("a2", record(Some("a"), 15, "1")),
+                t0,
+                t0,
+                wait("a", true),
+            ),
+            (
+                of("a2", record(Some("a"), 15, "1")),
+                t0,
+                t0 + s(14),
+                wait("a", true),
+            ),
+            (
+                of("a2", record(Some("a"), 15, "1")),
+                t0,
+                t0 + s(15),
+                take.clone(),
+            ),
+            (of("a2", record(None, 15, "1")), t0, t0, take),
         ];
         for (i, (record, since, now, want)) in table.into_iter().enumerate() {
             let record = Record {
@@ -216,7 +320,7 @@ mod tests {
                 ..record
             };
             let observed = Observed { record, since };
-            assert_eq!(decide(&observed, "a", now), want, "row {i}");
+            assert_eq!(decide(&observed, &me, now), want, "row {i}");
         }
     }
 
@@ -238,21 +342,41 @@ mod tests {
     #[test]
     fn claiming_counts_transitions_and_releasing_clears_the_holder() {
         let now = Timestamp::UNIX_EPOCH;
+        let fifteen = Duration::from_secs(15);
+        let (a, b, b2) = (
+            Claimant::new("a", "a1"),
+            Claimant::new("b", "b1"),
+            Claimant::new("b", "b2"),
+        );
         let empty = Lease::default();
-        let mine = claimed(&empty, "a", Duration::from_secs(15), now);
+        let mine = claimed(&empty, &a, fifteen, now);
         let spec = mine.spec.as_ref().unwrap();
         assert_eq!(spec.holder_identity.as_deref(), Some("a"));
         assert_eq!(spec.lease_duration_seconds, Some(15));
         assert_eq!(spec.lease_transitions, None);
         assert!(spec.acquire_time.is_some() && spec.renew_time.is_some());
-        let taken = claimed(&mine, "b", Duration::from_secs(15), now);
+        assert_eq!(Record::of(&mine).incarnation.as_deref(), Some("a1"));
+        let taken = claimed(&mine, &b, fifteen, now);
         assert_eq!(taken.spec.as_ref().unwrap().lease_transitions, Some(1));
-        let renewed = claimed(&taken, "b", Duration::from_secs(15), now);
+        let renewed = claimed(&taken, &b, fifteen, now);
         assert_eq!(renewed.spec.as_ref().unwrap().lease_transitions, Some(1));
-        let free = released(&renewed, now);
+        // Another process of the same identity taking it over is a transition too.
+        let twin = claimed(&renewed, &b2, fifteen, now);
+        assert_eq!(twin.spec.as_ref().unwrap().lease_transitions, Some(2));
+        assert!(Record::of(&twin).twin_of(&b) && !Record::of(&twin).twin_of(&b2));
+        let free = released(&twin, now);
         assert_eq!(Record::of(&free).holder, None);
+        assert_eq!(Record::of(&free).incarnation, None);
         assert_eq!(Record::of(&free).duration, Duration::from_secs(1));
-        let after = claimed(&free, "a", Duration::from_secs(15), now);
-        assert_eq!(after.spec.as_ref().unwrap().lease_transitions, Some(1));
+        let after = claimed(&free, &a, fifteen, now);
+        assert_eq!(after.spec.as_ref().unwrap().lease_transitions, Some(2));
+    }
+
+    #[test]
+    fn durations_are_written_rounded_up_to_whole_seconds() {
+        let ms = Duration::from_millis;
+        for (duration, want) in [(ms(15_000), 15), (ms(1_900), 2), (ms(1), 1), (ms(0), 1)] {
+            assert_eq!(seconds(duration), want, "{duration:?}");
+        }
     }
 }

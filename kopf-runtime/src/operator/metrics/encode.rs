@@ -13,6 +13,7 @@ use crate::core::supervisor::census::Census;
 use crate::core::supervisor::meter::{
     HandlerMeter, HistogramSnapshot, InvocationResult, StopCause, StopStep,
 };
+use crate::operator::election::alarm::LeaseReport;
 use crate::operator::election::{Leadership, Role};
 use crate::operator::limits::RateLimiter;
 use crate::operator::shard::Membership;
@@ -379,6 +380,36 @@ pub(super) fn membership(encoder: &mut DescriptorEncoder<'_>, membership: &Membe
     ];
     for (name, help, value) in families {
         family(encoder, name, help, None, MetricType::Gauge)?.encode_gauge(&value)?;
+    }
+    Ok(())
+}
+
+/// Leader election and sharding: the problems of this replica's Lease.
+pub(super) fn lease(encoder: &mut DescriptorEncoder<'_>, report: &LeaseReport) -> Result {
+    let mut m = family(
+        encoder,
+        "kopf_lease_errors",
+        "Reads and writes of this replica's Lease that failed (RBAC, a missing namespace, the API \
+         server away); while they fail, the replica cannot lead or serve",
+        None,
+        MetricType::Counter,
+    )?;
+    m.encode_counter::<NoLabelSet, _, u64>(&report.errors, None)?;
+    let gauges = [
+        (
+            "kopf_lease_failing",
+            "1 while the attempts to read or write this replica's Lease fail",
+            report.failing.is_some(),
+        ),
+        (
+            "kopf_lease_identity_conflict",
+            "1 while another process with this replica's identity holds its Lease (this one \
+             refuses to lead or serve)",
+            report.twin,
+        ),
+    ];
+    for (name, help, value) in gauges {
+        family(encoder, name, help, None, MetricType::Gauge)?.encode_gauge(&u32::from(value))?;
     }
     Ok(())
 }

@@ -168,9 +168,13 @@ impl Collector for OperatorCollector {
         match &self.replicas {
             ReplicaProbe::Alone => Ok(()),
             ReplicaProbe::Elected(elector) => {
-                encode::leadership(&mut encoder, &elector.leadership())
+                encode::leadership(&mut encoder, &elector.leadership())?;
+                encode::lease(&mut encoder, &elector.alarm.report())
             }
-            ReplicaProbe::Sharded(member) => encode::membership(&mut encoder, &member.membership()),
+            ReplicaProbe::Sharded(member) => {
+                encode::membership(&mut encoder, &member.membership())?;
+                encode::lease(&mut encoder, &member.alarm.report())
+            }
         }
     }
 }

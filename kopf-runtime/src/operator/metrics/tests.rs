@@ -15,6 +15,7 @@ use crate::core::object::ObjectState;
 use crate::core::outcome::HandlerError;
 use crate::core::spec::{HandlerKind, HandlerSpec, TimerSchedule};
 use crate::core::supervisor::SupervisorConfig;
+use crate::operator::election::alarm::LeaseReport;
 use crate::operator::election::{Leadership, Role};
 use crate::operator::shard::Membership;
 use crate::operator::write::records::FinalizerView;
@@ -263,14 +264,15 @@ async fn the_users_own_metrics_are_served_with_the_operators() {
     assert!(text.ends_with("# EOF\n"), "{text}");
 }
 
-/// Encodes the replica gauges of a leader and of a shard member.
+/// Encodes the replica gauges of a leader and of a shard member, and a Lease's problems.
 #[derive(Debug)]
-struct Replica(Leadership, Membership);
+struct Replica(Leadership, Membership, LeaseReport);
 
 impl Collector for Replica {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> std::fmt::Result {
         encode::leadership(&mut encoder, &self.0)?;
-        encode::membership(&mut encoder, &self.1)
+        encode::membership(&mut encoder, &self.1)?;
+        encode::lease(&mut encoder, &self.2)
     }
 }
 
@@ -280,6 +282,9 @@ fn leadership_and_shard_membership_are_gauges() {
         role: Role::Leader,
         identity: "pod-a".to_owned(),
         holder: Some("pod-a".to_owned()),
+        lease_errors: 0,
+        lease_error: None,
+        identity_conflict: false,
     };
     let membership = Membership {
         identity: "pod-a".to_owned(),
@@ -289,8 +294,13 @@ fn leadership_and_shard_membership_are_gauges() {
         objects: 7,
         watch: None,
     };
+    let report = LeaseReport {
+        errors: 3,
+        failing: Some("forbidden by pod-a's account".to_owned()),
+        twin: true,
+    };
     let mut registry = Registry::default();
-    registry.register_collector(Box::new(Replica(leadership, membership)));
+    registry.register_collector(Box::new(Replica(leadership, membership, report)));
     let mut text = String::new();
     encode(&mut text, &registry).expect("the metrics encode");
     for line in [
@@ -298,6 +308,10 @@ fn leadership_and_shard_membership_are_gauges() {
         "kopf_shard_ranges_held 512",
         "kopf_shard_members 2",
         "kopf_shard_objects 7",
+        "# TYPE kopf_lease_errors counter",
+        "kopf_lease_errors_total 3",
+        "kopf_lease_failing 1",
+        "kopf_lease_identity_conflict 1",
     ] {
         assert!(text.contains(&format!("\n{line}\n")), "{line}: {text}");
     }

@@ -12,7 +12,7 @@ use kube::Client;
 use kube::api::{Api, ListParams, ObjectMeta, PostParams};
 
 use super::claims::{CLAIMS_ANNOTATION, Claims};
-use crate::operator::election::lease::{Record, claimed, released};
+use crate::operator::election::lease::{Claimant, Record, claimed, released};
 
 /// The label that marks a member's Lease, with the group's name as its value.
 pub(crate) const GROUP_LABEL: &str = "kopf.dev/shard-group";
@@ -24,7 +24,8 @@ const MEMBER_ANNOTATION: &str = "kopf.dev/shard-member";
 pub(crate) struct GroupLeases {
     api: Api<Lease>,
     group: String,
-    identity: String,
+    /// This member's identity and this process's incarnation.
+    me: Claimant,
     own_name: String,
     duration: Duration,
 }
@@ -43,26 +44,31 @@ impl GroupLeases {
         client: Client,
         namespace: &str,
         group: &str,
-        identity: &str,
+        me: Claimant,
         duration: Duration,
     ) -> Self {
         Self {
             api: Api::namespaced(client, namespace),
             group: group.to_owned(),
-            identity: identity.to_owned(),
-            own_name: member_lease_name(group, identity),
+            own_name: member_lease_name(group, &me.identity),
+            me,
             duration,
         }
     }
 
-    /// Renews (or creates) this member's Lease; `None` on a conflict (another writer).
+    /// Renews (or creates) this member's Lease, if `take` says so of the Lease as read: `None`
+    /// when it did not (held by another process) or on a conflict (another writer).
     ///
     /// # Cancellation safety
     /// Dropping the future may or may not leave the Lease renewed.
-    pub(crate) async fn renew(&self) -> Result<Option<Lease>, kube::Error> {
+    pub(crate) async fn renew(
+        &self,
+        take: impl FnOnce(&Lease) -> bool,
+    ) -> Result<Option<Lease>, kube::Error> {
         let written = match self.api.get_opt(&self.own_name).await? {
+            Some(current) if !take(&current) => return Ok(None),
             Some(current) => {
-                let lease = claimed(&current, &self.identity, self.duration, Timestamp::now());
+                let lease = claimed(&current, &self.me, self.duration, Timestamp::now());
                 self.api
                     .replace(&self.own_name, &PostParams::default(), &lease)
                     .await
@@ -77,13 +83,13 @@ impl GroupLeases {
                         )])),
                         annotations: Some(BTreeMap::from([(
                             MEMBER_ANNOTATION.to_owned(),
-                            self.identity.clone(),
+                            self.me.identity.clone(),
                         )])),
                         ..ObjectMeta::default()
                     },
                     spec: None,
                 };
-                let lease = claimed(&lease, &self.identity, self.duration, Timestamp::now());
+                let lease = claimed(&lease, &self.me, self.duration, Timestamp::now());
                 self.api.create(&PostParams::default(), &lease).await
             }
         };
@@ -150,6 +156,7 @@ impl GroupLeases {
                 holder: Some(member.to_owned()),
                 duration: self.duration,
                 version: None,
+                incarnation: None,
             });
         }
         Ok(records)

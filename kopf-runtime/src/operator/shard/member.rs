@@ -19,8 +19,9 @@ use super::leases::GroupLeases;
 use super::ranges::{RangeSet, SHARD_RANGES};
 use super::{Membership, ShardWatch, Sharding};
 use crate::core::sync::lock;
+use crate::operator::election::alarm::{LeaseAlarm, describe};
 use crate::operator::election::fence::Fence;
-use crate::operator::election::lease::Observed;
+use crate::operator::election::lease::{Claimant, Decision, Observed, Record, decide};
 use crate::operator::scope::{Follower, Scope};
 
 /// What a member has seen.
@@ -34,6 +35,8 @@ struct Seen {
     confirmed: bool,
     /// The Lease of this member as last written (for the release).
     own: Option<Lease>,
+    /// This member's Lease as last read, and since when it has not changed (local clock).
+    own_read: Option<Observed>,
     /// How many times it has listed the members' Leases.
     listings: u64,
     /// What the last round left to do: ranges to release once quiet, ranges to wait for.
@@ -47,7 +50,11 @@ const QUIET_POLL: Duration = Duration::from_millis(50);
 pub(crate) struct Member {
     settings: Sharding,
     identity: String,
+    /// This member's identity and this process's incarnation.
+    me: Claimant,
     leases: GroupLeases,
+    /// The problems of this member's Lease.
+    pub(crate) alarm: LeaseAlarm,
     /// The fence of the operator's own client.
     pub(crate) fence: Arc<Fence>,
     /// The ranges served now.
@@ -69,19 +76,22 @@ impl std::fmt::Debug for Member {
 
 impl Member {
     pub(crate) fn new(settings: Sharding, client: Client, fence: Arc<Fence>) -> Self {
-        let identity = settings.lease.resolved_identity();
+        let me = Claimant::random(settings.lease.resolved_identity());
         let lease = &settings.lease;
         let leases = GroupLeases::new(
             client,
             &lease.namespace,
             &lease.name,
-            &identity,
+            me.clone(),
             lease.lease_duration,
         );
+        let alarm = LeaseAlarm::new(&lease.namespace, leases.own_name());
         Self {
             leases,
+            alarm,
             settings,
-            identity,
+            identity: me.identity.clone(),
+            me,
             fence,
             serving: watch::Sender::new(Arc::new(RangeSet::default())),
             followers: OnceLock::new(),
@@ -134,6 +144,16 @@ impl Member {
         }
     }
 
+    /// What `/readyz` adds: the membership, and the Lease's problems if any.
+    pub(crate) fn detail(&self) -> String {
+        let mut line = self.membership().to_string();
+        if let Some(problem) = self.alarm.line() {
+            line.push_str("; ");
+            line.push_str(&problem);
+        }
+        line
+    }
+
     /// Renews, reads and plans every retry period until `stop`.
     ///
     /// # Cancellation safety
@@ -149,9 +169,9 @@ impl Member {
             tokio::select! {
                 () = stop.cancelled() => return,
                 outcome = round => match outcome {
-                    Ok(Ok(())) => {}
-                    Ok(Err(err)) => debug!(error = %err, "sharding: a Lease could not be read or written"),
-                    Err(_) => debug!("sharding: a Lease request timed out"),
+                    Ok(Ok(())) => self.alarm.worked(),
+                    Ok(Err(err)) => self.alarm.failed(&describe(&err, &lease.namespace)),
+                    Err(_) => self.alarm.failed("a Lease request timed out"),
                 },
                 () = self.lapse() => {}
             }
@@ -289,7 +309,7 @@ impl Member {
 
     /// Renews this member's Lease; `Ok(true)` when it is valid now.
     async fn renew(&self, started: Instant) -> Result<bool, kube::Error> {
-        let Some(written) = self.leases.renew().await? else {
+        let Some(written) = self.leases.renew(|current| self.may_renew(current)).await? else {
             return Ok(false);
         };
         let until = started + self.settings.lease.renew_deadline;
@@ -302,6 +322,33 @@ impl Member {
         lock(&self.seen).own = Some(written);
         self.fence.extend(until);
         Ok(true)
+    }
+
+    /// Whether this member may renew its Lease as read: not while another process with its
+    /// identity holds it (until that one's Lease expires), so two members with one identity
+    /// never serve the same ranges.
+    fn may_renew(&self, current: &Lease) -> bool {
+        let record = Record::of(current);
+        let now = Instant::now();
+        let mut seen = lock(&self.seen);
+        let renewed = (seen.own_read.as_ref()).is_some_and(|read| read.record != record);
+        let observed = Observed::update(seen.own_read.take(), record, now);
+        let decision = decide(&observed, &self.me, now);
+        let other = observed.record.incarnation.clone().unwrap_or_default();
+        seen.own_read = Some(observed);
+        drop(seen);
+        match decision {
+            Decision::Take => {
+                self.alarm.no_twin();
+                true
+            }
+            Decision::Wait { twin, .. } => {
+                if twin {
+                    self.alarm.twin(&self.identity, &other, renewed);
+                }
+                false
+            }
+        }
     }
 
     /// The group's Lease and its claims (`None`: just created by another member, or
