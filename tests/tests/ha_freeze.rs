@@ -1,0 +1,195 @@
+//! A leader frozen past its lease never runs another loop of its daemons: replicas as separate
+//! processes against the real API server, the leader frozen (SIGSTOP) until the standby has
+//! taken its daemons over, then thawed (SIGCONT), again and again.
+//!
+//! Every replica's daemon loops `while !stopper.sleep(50 ms).await { body }` and appends each
+//! body to a shared log with its process id and the time it began. A process frozen in the
+//! middle of its sleep wakes up with that sleep overdue; the body after it must not run, since
+//! the new leader runs the same objects' daemons by then. The detector counts every body of the
+//! thawed process that began after its thaw: it must find none, over `KOPF_HA_FREEZES` freezes
+//! (default 20). The bodies of the new leader after each handover are the positive control
+//! that bodies are logged at all.
+//!
+//! No libtest harness: this binary is both the test (the parent) and, when
+//! `KOPF_HA_CHILD_NAMESPACE` is set, one replica (a child).
+
+mod faults_common;
+mod ha_cluster;
+mod process_common;
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use faults_common::*;
+use ha_cluster::*;
+use kopf_examples::crd::KopfExample;
+use kopf_runtime::{LeaderElection, Registry, Stopper, daemon};
+use kube::ResourceExt as _;
+use process_common::{Entry, append_line, read_log, run_child, run_tests};
+
+const DAEMON: &str = "ha-loop";
+/// A daemon's sleep between two bodies.
+const TICK: Duration = Duration::from_millis(50);
+
+fn append(kind: &str, obj: &KopfExample) {
+    let Some(path) = std::env::var_os(LOG_ENV) else {
+        return;
+    };
+    let uid = obj.metadata.uid.clone().unwrap_or_default();
+    let line = format!(
+        "{kind} {} {uid} {} {}",
+        obj.name_any(),
+        std::process::id(),
+        now_nanos()
+    );
+    append_line(Path::new(&path), &line);
+}
+
+/// The loop of a typical polling daemon; each body is logged with the time it began.
+#[daemon(id = "ha-loop", cancellation_backoff = "5s")]
+async fn ha_loop(obj: Arc<KopfExample>, stopper: Stopper) {
+    append("start", &obj);
+    while !stopper.sleep(TICK).await {
+        append("body", &obj);
+    }
+    append("stop", &obj);
+}
+
+/// A replica: an elected operator for one namespace, until SIGTERM.
+fn child(namespace: &str) -> ExitCode {
+    let identity = std::env::var(IDENTITY_ENV).unwrap_or_else(|_| "ha-child".to_owned());
+    run_child(async {
+        let registry = Registry::from_inventory()?.select(&[DAEMON])?;
+        let election = LeaderElection::new(LEASE, namespace)
+            .lease_duration(LEASE_DURATION)
+            .renew_deadline(Duration::from_millis(1500))
+            .retry_period(Duration::from_millis(500))
+            .identity(identity);
+        let builder = child_builder(namespace, &registry)
+            .await?
+            .leader_election(election);
+        serve_until_sigterm(builder, Counts::line).await
+    })
+}
+
+/// The bodies of `pid` that began after `since` (unix nanos).
+fn bodies_after(log: &[Entry], pid: u32, since: u128) -> Vec<&Entry> {
+    log.iter()
+        .filter(|e| e.kind == "body" && e.pid == pid && e.at() > since)
+        .collect()
+}
+
+/// Waits until `pid` has run a body of every object in `names` after `since`.
+async fn wait_bodies(cluster: &Cluster, pid: u32, since: u128) {
+    let what = format!("{pid} to run a body of every daemon");
+    kopf_tests::wait_until(what, PROMPTLY, || async {
+        let log = read_log(&cluster.log);
+        let mine = bodies_after(&log, pid, since);
+        cluster
+            .names
+            .iter()
+            .all(|name| mine.iter().any(|e| &e.name == name))
+    })
+    .await;
+}
+
+/// One freeze: SIGSTOP the leader; once the standby runs every daemon (and a body of each),
+/// SIGCONT it and wait until its daemons have stopped. Returns the bodies the thawed process
+/// began after its thaw (there must be none).
+async fn freeze_once(cluster: &mut Cluster) -> anyhow::Result<Vec<String>> {
+    let pid = cluster.leader.pid;
+    let sent = now_nanos();
+    cluster.leader.signal("-STOP").await?;
+    cluster.kill_line("frozen", pid);
+    cluster.taken_over(cluster.standby.pid, sent).await?;
+    wait_bodies(cluster, cluster.standby.pid, sent).await;
+    let thawed = now_nanos();
+    cluster.kill_line("thawed", pid);
+    cluster.leader.signal("-CONT").await?;
+    let what = format!("the thawed replica {pid} to stop its daemons");
+    kopf_tests::wait_until(what, PROMPTLY, || async {
+        let log = read_log(&cluster.log);
+        let stops = log
+            .iter()
+            .filter(|e| e.kind == "stop" && e.pid == pid && e.at() > thawed)
+            .count();
+        stops == cluster.names.len()
+    })
+    .await;
+    let log = read_log(&cluster.log);
+    let stray = bodies_after(&log, pid, thawed)
+        .iter()
+        .map(|e| {
+            format!(
+                "{} by {pid} {} ms after its thaw",
+                e.name,
+                (e.at() - thawed) / 1_000_000
+            )
+        })
+        .collect();
+    std::mem::swap(&mut cluster.leader, &mut cluster.standby);
+    cluster.leader.led = true;
+    Ok(stray)
+}
+
+/// `KOPF_HA_FREEZES` freezes of the leader past its lease: no body after any thaw.
+async fn a_thawed_leader_runs_no_loop_of_its_daemons() -> anyhow::Result<()> {
+    let (ns, api) = example_namespace().await?;
+    let mut cluster = Cluster::start(ns.name(), &api, 8).await?;
+    // The positive control: the first leader's bodies are logged.
+    wait_bodies(&cluster, cluster.leader.pid, 0).await;
+    let freezes = count_from_env("KOPF_HA_FREEZES", 20);
+    let mut stray = Vec::new();
+    for _ in 0..freezes {
+        stray.extend(freeze_once(&mut cluster).await?);
+    }
+    let log = read_log(&cluster.log);
+    let bodies = log.iter().filter(|e| e.kind == "body").count();
+    println!(
+        "{freezes} freezes, {bodies} bodies logged, {} after a thaw",
+        stray.len()
+    );
+    anyhow::ensure!(
+        stray.is_empty(),
+        "bodies run by a thawed replica: {stray:?} (log: {})",
+        cluster.log.display()
+    );
+    let found = overlaps(&log);
+    anyhow::ensure!(found.is_empty(), "overlaps: {found:?}");
+    delete_all(&api, &cluster.names).await?;
+    assert_gone(&api, &cluster.names).await;
+    for mut replica in [cluster.leader, cluster.standby] {
+        replica.signal("-TERM").await?;
+        let code = replica.exit_code().await?;
+        anyhow::ensure!(code == Some(0), "a replica exited with {code:?}");
+    }
+    std::fs::remove_dir_all(&cluster.dir)?;
+    ns.cleanup().await
+}
+
+/// The detector itself finds a body after a thaw, and only after it.
+fn the_detector_finds_a_body_after_the_thaw() {
+    let body = |pid, at: u32| Entry {
+        kind: "body".to_owned(),
+        name: "o".to_owned(),
+        uid: "u".to_owned(),
+        pid,
+        detail: at.to_string(),
+    };
+    let log = [body(1, 1), body(2, 5), body(1, 10)];
+    assert!(bodies_after(&log, 1, 10).is_empty());
+    assert_eq!(bodies_after(&log, 1, 9).len(), 1);
+    assert!(bodies_after(&log, 3, 0).is_empty());
+}
+
+fn main() -> ExitCode {
+    if let Ok(namespace) = std::env::var(CHILD_ENV) {
+        return child(&namespace);
+    }
+    the_detector_finds_a_body_after_the_thaw();
+    run_tests(&[("a_thawed_leader_runs_no_loop_of_its_daemons", || {
+        Box::pin(a_thawed_leader_runs_no_loop_of_its_daemons())
+    })])
+}
