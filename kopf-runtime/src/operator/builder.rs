@@ -299,6 +299,24 @@ impl OperatorBuilder {
         self
     }
 
+    /// The deadline of every request of the operator's client that is not long-running (a
+    /// watch, a followed log, exec/attach/port-forward, a proxy): its answer, headers and body,
+    /// must arrive in full within it, or the request fails — the operator's writes retry it as
+    /// a transient error. Without it, a request on a connection that went half-open would wait
+    /// forever. Default: 30 s; with leader election or sharding, at most three quarters of the
+    /// margin between two leaders (lease duration − renew deadline), and a timeout that is not
+    /// shorter than that margin is refused at start-up. Not applied to a ready-made
+    /// [`client`](Self::client).
+    ///
+    /// ```
+    /// let builder = kopf_runtime::Operator::builder().request_timeout(std::time::Duration::from_secs(10));
+    /// # drop(builder);
+    /// ```
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.options.request_timeout = Some(timeout);
+        self
+    }
+
     /// Turns on a client-side limit of `rate` requests per second (at least 1), with bursts of
     /// up to twice that, on every request of the operator's own client: lists, watches, reads,
     /// writes, events and the handlers' requests through the injected client.
@@ -458,6 +476,7 @@ impl OperatorBuilder {
         o.max_writes_in_flight = args.max_writes_in_flight.unwrap_or(o.max_writes_in_flight);
         o.max_concurrent_handlers = args.max_concurrent_handlers.or(o.max_concurrent_handlers);
         o.shutdown_timeout = args.shutdown_timeout.unwrap_or(o.shutdown_timeout);
+        o.request_timeout = args.request_timeout.or(o.request_timeout);
         o.metrics = o.metrics && !args.no_metrics;
         o.leader_election = args.election().or(o.leader_election.take());
         o.sharding = args.sharding().or(o.sharding.take());
@@ -532,7 +551,8 @@ impl OperatorBuilder {
             None => {
                 let config = options.kube_config.take();
                 let rps = options.requests_per_second;
-                let clients = transport::clients(config, rps, fence.clone()).await?;
+                let deadlines = options.deadlines();
+                let clients = transport::clients(config, rps, fence.clone(), deadlines).await?;
                 (clients.client, Some(clients.limiter), clients.lease)
             }
         };

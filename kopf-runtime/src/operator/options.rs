@@ -13,6 +13,7 @@ use super::identity::Identity;
 #[cfg(feature = "logging")]
 use super::logging::LogFormat;
 use super::shard::Sharding;
+use super::transport::Deadlines;
 use crate::core::erased::{ErasedHandler, Services};
 use crate::core::resource::ResourceInfo;
 use crate::core::supervisor::BlockingPool;
@@ -33,6 +34,8 @@ pub(crate) struct Options {
     #[cfg(feature = "server")]
     pub(crate) health_addr: Option<std::net::SocketAddr>,
     pub(crate) shutdown_timeout: Duration,
+    /// The deadline of every request that is not long-running (`None`: the default).
+    pub(crate) request_timeout: Option<Duration>,
     pub(crate) requests_per_second: Option<u32>,
     pub(crate) max_writes_in_flight: usize,
     pub(crate) max_concurrent_handlers: Option<usize>,
@@ -89,6 +92,7 @@ impl Default for Options {
             #[cfg(feature = "server")]
             health_addr: None,
             shutdown_timeout: Self::SHUTDOWN_TIMEOUT,
+            request_timeout: None,
             requests_per_second: None,
             max_writes_in_flight: Self::WRITES_IN_FLIGHT,
             max_concurrent_handlers: None,
@@ -114,6 +118,48 @@ impl Options {
     pub(crate) const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(25);
     /// The default limit on writes (patches, finalizer changes, events) in flight.
     pub(crate) const WRITES_IN_FLIGHT: usize = 32;
+    /// The default request deadline (without leader election or sharding).
+    pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+    /// The Lease settings of leader election or sharding, if either is on.
+    fn lease_settings(&self) -> Option<&LeaderElection> {
+        (self.leader_election.as_ref()).or(self.sharding.as_ref().map(|s| &s.lease))
+    }
+
+    /// The clients' request deadlines: the one given, or 30 s — at most three quarters of the
+    /// margin between two leaders with leader election or sharding, so that a deposed leader's
+    /// write is given up before another replica can take over. The Lease client's requests
+    /// have the renew deadline, which bounds each of the election's attempts anyway.
+    pub(crate) fn deadlines(&self) -> Deadlines {
+        let settings = self.lease_settings();
+        let default = settings.map_or(Self::REQUEST_TIMEOUT, |s| {
+            Self::REQUEST_TIMEOUT.min(s.margin() * 3 / 4)
+        });
+        let requests = self.request_timeout.unwrap_or(default);
+        let lease = settings.map_or(requests, |s| s.renew_deadline);
+        Deadlines { requests, lease }
+    }
+
+    /// What is wrong with the request timeout, if anything: zero, or not shorter than the
+    /// margin between two leaders (a write sent just before this replica's leadership lapsed
+    /// must be given up before another replica can take over).
+    fn request_timeout_problem(&self) -> Option<String> {
+        let timeout = self.request_timeout?;
+        if timeout.is_zero() {
+            return Some("must be above zero".to_owned());
+        }
+        let settings = self.lease_settings()?;
+        let margin = settings.margin();
+        (timeout >= margin).then(|| {
+            format!(
+                "{timeout:?} is not shorter than the margin between two leaders ({margin:?} = \
+                 lease duration {:?} − renew deadline {:?}): a write of a deposed leader could \
+                 still be waited for when another replica takes over; give a shorter request \
+                 timeout or a longer margin",
+                settings.lease_duration, settings.renew_deadline
+            )
+        })
+    }
 
     /// Checks the options that cannot work, and resolves the operator's name, finalizer and
     /// field manager.
@@ -146,6 +192,7 @@ impl Options {
         if self.namespaces.iter().any(String::is_empty) {
             return invalid("namespaces", "a namespace name is empty");
         }
+        super::identity::check_annotation_prefix(&self.annotation_prefix)?;
         if let Some(election) = &self.leader_election {
             if let Some(problem) = election.problem() {
                 return invalid("leader_election", problem);
@@ -176,6 +223,10 @@ impl Options {
                      kube_config instead of client",
                 );
             }
+        }
+        // After the election's own checks: the margin is meaningful only then.
+        if let Some(problem) = self.request_timeout_problem() {
+            return invalid("request_timeout", &problem);
         }
         Identity::resolve(
             self.name.as_deref(),
@@ -265,6 +316,77 @@ mod tests {
             ..defaults()
         };
         assert!(limited.validate().is_ok());
+    }
+
+    #[test]
+    fn the_request_timeout_must_be_shorter_than_the_margin_between_two_leaders() {
+        let s = Duration::from_secs;
+        let elected = |timeout: Option<Duration>| Options {
+            request_timeout: timeout,
+            leader_election: Some(
+                LeaderElection::new("op", "ns")
+                    .lease_duration(s(15))
+                    .renew_deadline(s(10)),
+            ),
+            ..Options::default()
+        };
+        let text = invalid(&elected(Some(s(5))));
+        assert!(
+            text.starts_with("invalid operator option `request_timeout`"),
+            "{text}"
+        );
+        assert!(
+            text.contains("5s") && text.contains("15s") && text.contains("10s"),
+            "{text}"
+        );
+        let sharded = Options {
+            request_timeout: Some(s(30)),
+            sharding: Some(Sharding::new("group", "ns")),
+            ..Options::default()
+        };
+        assert!(invalid(&sharded).contains("margin"));
+        let zero = Options {
+            request_timeout: Some(Duration::ZERO),
+            ..Options::default()
+        };
+        assert!(invalid(&zero).contains("above zero"));
+        // Positive controls: shorter than the margin, or no election at all.
+        assert!(
+            elected(Some(Duration::from_millis(4999)))
+                .validate()
+                .is_ok()
+        );
+        assert!(elected(None).validate().is_ok());
+        let alone = Options {
+            request_timeout: Some(s(300)),
+            ..Options::default()
+        };
+        assert!(alone.validate().is_ok());
+    }
+
+    #[test]
+    fn request_deadlines_default_to_thirty_seconds_or_within_the_margin() {
+        let s = Duration::from_secs;
+        let alone = Options::default().deadlines();
+        assert_eq!((alone.requests, alone.lease), (s(30), s(30)));
+        let elected = Options {
+            leader_election: Some(LeaderElection::new("op", "ns")),
+            ..Options::default()
+        };
+        // client-go's timing: 15 s lease, 10 s renew deadline: ¾ of the 5 s margin.
+        let deadlines = elected.deadlines();
+        assert_eq!(deadlines.requests, Duration::from_millis(3750));
+        assert_eq!(deadlines.lease, s(10));
+        let long_margin = Options {
+            sharding: Some(Sharding::new("g", "ns").lease_duration(s(120))),
+            ..Options::default()
+        };
+        assert_eq!(long_margin.deadlines().requests, s(30));
+        let given = Options {
+            request_timeout: Some(s(2)),
+            ..elected
+        };
+        assert_eq!(given.deadlines().requests, s(2));
     }
 
     #[test]

@@ -1,15 +1,30 @@
 //! The operator's own client: built from a kube configuration whose transport security is
 //! checked first (TLS verification on, no credentials sent in clear), with kube's retries off
-//! (the operator's writes retry in one place) and the request counter and rate limit in its
-//! stack, where they see every HTTP attempt.
+//! (the operator's writes retry in one place), the request counter and rate limit in its
+//! stack, where they see every HTTP attempt, and a deadline on every request that is not
+//! long-running ([`deadline`]).
+//!
+//! ```text
+//!  request ──▶ fence ──▶ rate limit ──▶ deadline ──▶ kube's stack (auth, TLS, connection pool)
+//! ```
+//!
+//! kube 5 builds its connector itself: it sets no TCP keepalive and offers no way to set one
+//! short of building the whole TLS stack (which the library leaves to the binary), and it
+//! speaks HTTP/1.1 only (no HTTP/2 keepalive pings). The deadline is what bounds every wait.
+
+mod deadline;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use kube::Client;
 
 use super::election::fence::{Fence, FenceLayer};
 use super::error::OperatorError;
 use super::limits::{RateLimitLayer, RateLimiter};
+use deadline::DeadlineLayer;
+#[cfg(test)]
+pub(crate) use deadline::RequestTimedOut;
 
 /// The clients the operator builds for itself.
 #[derive(Clone)]
@@ -19,16 +34,28 @@ pub(crate) struct Clients {
     pub(crate) client: Client,
     pub(crate) limiter: Arc<RateLimiter>,
     /// For the election's Lease only: never throttled or fenced by the operator's own limits, so
-    /// a busy operator cannot lose its lease to its own rate limit.
+    /// a busy operator cannot lose its lease to its own rate limit. Its requests have their own
+    /// deadline (the renew deadline: each attempt is bounded by it anyway).
     pub(crate) lease: Client,
 }
 
+/// How long the clients' requests may take (see [`deadline`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Deadlines {
+    /// Every request of the main client but the long-running ones.
+    pub(crate) requests: Duration,
+    /// Every request of the Lease client.
+    pub(crate) lease: Duration,
+}
+
 /// Builds the operator's clients from `config` (or the environment's): the main one counted,
-/// limited to `requests_per_second` and, with `fence`, refusing writes the fence does not allow.
+/// limited to `requests_per_second` and, with `fence`, refusing writes the fence does not allow;
+/// both with their requests' `deadlines`.
 pub(crate) async fn clients(
     config: Option<kube::Config>,
     requests_per_second: Option<u32>,
     fence: Option<Arc<Fence>>,
+    deadlines: Deadlines,
 ) -> Result<Clients, OperatorError> {
     let mut config = match config {
         Some(config) => config,
@@ -40,9 +67,16 @@ pub(crate) async fn clients(
     let limiter = Arc::new(RateLimiter::per_second(requests_per_second));
     let cluster_url = config.cluster_url.to_string();
     let build_error = |err| client_error(&cluster_url, err);
-    let lease = Client::try_from(config.clone()).map_err(build_error)?;
+    let lease = kube::client::ClientBuilder::try_from(config.clone())
+        .map_err(build_error)?
+        .with_layer(&DeadlineLayer(deadlines.lease))
+        .build();
+    // The deadline innermost: it counts from the moment the fence let the request through and
+    // the rate limit sent it, so it bounds how long after the fence's check a write is waited
+    // for.
     let builder = kube::client::ClientBuilder::try_from(config)
         .map_err(build_error)?
+        .with_layer(&DeadlineLayer(deadlines.requests))
         .with_layer(&RateLimitLayer(limiter.clone()));
     let client = match fence {
         Some(fence) => builder.with_layer(&FenceLayer(fence)).build(),

@@ -371,6 +371,15 @@ mod tests {
     }
 
     #[test]
+    fn a_request_that_timed_out_is_transient() {
+        let after = Duration::from_secs(30);
+        let timed_out = crate::operator::transport::RequestTimedOut { after };
+        let err = kube::Error::Service(Box::new(timed_out));
+        assert_eq!(classify(&err), Failure::Transient(None));
+        assert!(describe(&err).contains("30s"), "{}", describe(&err));
+    }
+
+    #[test]
     fn describes_api_errors() {
         assert_eq!(describe(&api_error(409, 0)), "409 (Reason): boom");
     }
