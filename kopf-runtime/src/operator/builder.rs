@@ -388,12 +388,21 @@ impl OperatorBuilder {
         self
     }
 
-    /// The prefix of the framework's own annotations (default `kopf.dev/`): a change of such an
-    /// annotation does not count as a change for `idle` timers. Empty: every annotation counts.
+    /// The prefix of the framework's own annotations (default `kopf.dev/`): a DNS subdomain and
+    /// `/`, such as `example.com/` (anything else, the empty prefix included, is refused at
+    /// start-up with [`OperatorError::InvalidOption`]). A change of such an annotation does not
+    /// count as a change for change handlers and `idle` timers.
     ///
     /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
     /// let builder = kopf_runtime::Operator::builder().annotation_prefix("example.com/");
     /// # drop(builder);
+    /// let refused = kopf_runtime::Operator::builder().annotation_prefix("").start().await;
+    /// assert!(matches!(
+    ///     refused,
+    ///     Err(kopf_runtime::OperatorError::InvalidOption { option: "annotation_prefix", .. })
+    /// ));
+    /// # }
     /// ```
     pub fn annotation_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.options.annotation_prefix = prefix.into();

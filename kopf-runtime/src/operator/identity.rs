@@ -83,6 +83,30 @@ pub(crate) fn check_finalizer(finalizer: &str) -> Result<&str, OperatorError> {
     }
 }
 
+/// An annotation prefix: a DNS-1123 subdomain followed by `/` (`example.com/`). The operator's
+/// bookkeeping annotations are `<prefix><name>…`, so without a prefix of its own they could not
+/// be told from the object's annotations: each write of them would count as a change, and
+/// `on_update` would trigger itself forever.
+pub(crate) fn check_annotation_prefix(prefix: &str) -> Result<&str, OperatorError> {
+    let domain = prefix.strip_suffix('/').unwrap_or_default();
+    if (1..=253).contains(&domain.len()) && domain.split('.').all(is_dns_label) {
+        return Ok(prefix);
+    }
+    let what = if prefix.is_empty() {
+        "an empty prefix".to_owned()
+    } else {
+        format!("`{prefix}`")
+    };
+    Err(invalid(
+        "annotation_prefix",
+        format!(
+            "{what} is not an annotation prefix such as `example.com/` (a DNS subdomain and \
+             `/`): the operator's own annotations must be told apart from the object's, or \
+             each write of them would count as a change"
+        ),
+    ))
+}
+
 fn is_dns_label(s: &str) -> bool {
     let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
     (1..=63).contains(&s.len())
@@ -182,6 +206,27 @@ mod tests {
         let err = Identity::resolve(Some("Bad"), None, None).unwrap_err();
         assert!(
             err.to_string().contains("`Bad` is not a DNS-1123 label"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn annotation_prefixes_are_a_domain_and_a_slash() {
+        #[rustfmt::skip]
+        let rows = [
+            ("", false), ("/", false), ("kopf.dev", false), ("kopf.dev/op-", false),
+            ("Kopf.dev/", false), ("a..b/", false), ("a/b/", false), ("-a.com/", false),
+            ("kopf.dev/", true), ("example.com/", true), ("a/", true), ("ops.team-1.io/", true),
+        ];
+        for (prefix, ok) in rows {
+            assert_eq!(check_annotation_prefix(prefix).is_ok(), ok, "{prefix:?}");
+        }
+        let too_long = format!("{}/", vec!["a".repeat(63); 4].join("."));
+        assert!(check_annotation_prefix(&too_long).is_err());
+        let err = check_annotation_prefix("").unwrap_err().to_string();
+        assert!(
+            err.starts_with("invalid operator option `annotation_prefix`: an empty prefix")
+                && err.contains("would count as a change"),
             "{err}"
         );
     }
