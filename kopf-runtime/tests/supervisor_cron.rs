@@ -48,7 +48,7 @@ async fn runs_on_each_occurrence_and_records_it() {
     h.at(3600).await;
     assert_eq!(h.log.call_times("t"), vec![500, 1500, 2500, 3500]);
     assert_eq!(
-        recorded(&h, "kopf.dev/t.cron"),
+        recorded(&h, "kopf.dev/finalizer.t.cron"),
         [
             "2026-12-01T12:00:01Z",
             "2026-12-01T12:00:02Z",
@@ -139,7 +139,7 @@ async fn a_retry_runs_only_before_the_next_occurrence() {
     let dropped = logs.lines_with(&["would run into the next occurrence"]);
     assert_eq!(dropped.len(), 1, "{}", logs.text());
     // The occurrence with the dropped retry is recorded too: it is not run again.
-    assert_eq!(recorded(&h, "kopf.dev/t.cron").len(), 4);
+    assert_eq!(recorded(&h, "kopf.dev/finalizer.t.cron").len(), 4);
 }
 
 /// An object created at 11:00 whose hourly timer last ran at `last` (if any); the wall clock
@@ -149,7 +149,7 @@ async fn missed(missed: Missed, last: Option<&str>, created: &str) -> Vec<u64> {
     let (h, _) = harness_at("2026-12-01T12:30:00Z", vec![t]);
     let mut obj = Obj::new("u1").created(created);
     if let Some(last) = last {
-        obj = obj.annotation("kopf.dev/t.cron", last);
+        obj = obj.annotation("kopf.dev/finalizer.t.cron", last);
     }
     h.observe(&obj);
     h.at(31 * MINUTE).await;

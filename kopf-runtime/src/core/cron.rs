@@ -64,13 +64,6 @@ impl Plan {
     }
 }
 
-/// The annotation that records a handler's last run occurrence on its object: `<prefix><id>.cron`,
-/// with a long id shortened and made unique by a hash (an annotation name has at most 63
-/// characters).
-pub(crate) fn record_key(prefix: &str, id: &str) -> String {
-    crate::core::hash::annotation_key(prefix, id, ".cron")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -209,18 +202,5 @@ mod tests {
         };
         let err = Plan::compile(&zone).err().map(|e| e.to_string());
         assert_eq!(err.as_deref(), Some("unknown time zone \"Europe/Berln\""));
-    }
-
-    #[test]
-    fn record_keys_fit_an_annotation_name() {
-        assert_eq!(record_key("kopf.dev/", "backup"), "kopf.dev/backup.cron");
-        let long = "a".repeat(100);
-        let key = record_key("kopf.dev/", &long);
-        let name = key.trim_start_matches("kopf.dev/");
-        assert_eq!(name.len(), 63);
-        assert_ne!(key, record_key("kopf.dev/", &"a".repeat(101)));
-        // The keys already on objects: a 41-character head and the id's FNV-1a hash.
-        let hash = crate::core::hash::fnv64(long.as_bytes());
-        assert_eq!(key, format!("kopf.dev/{}-{hash:016x}.cron", "a".repeat(41)));
     }
 }

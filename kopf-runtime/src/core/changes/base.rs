@@ -3,7 +3,7 @@
 //! watched fields only:
 //!
 //! ```text
-//! {"d":"9f2c…(16 hex)","f":{"spec.size":3,"spec.big":{"#":"a1…(16 hex)"}},"v":1}
+//! {"d":"9f2c…(16 hex)","f":{"spec.size":3,"spec.big":{"#":"a1…(16 hex)"}},"u":"<uid>","v":1}
 //! ```
 //!
 //! - `d`: the digest of the essence ([`super::essence`]).
@@ -12,6 +12,8 @@
 //!   is stored as `{"#": its digest}` (elided: a change is still seen, the old value is not
 //!   known). A value that is itself an object with the single key `#` or `=` is wrapped as
 //!   `{"=": value}`.
+//! - `u`: the UID of the object it was written for: another object's base is read as absent
+//!   (absent in bases written before it was added: read as this object's).
 //! - `v`: the format version. Any other version decodes to [`DecodeError::Version`], which the
 //!   caller logs and reads as absent.
 //!
@@ -23,7 +25,7 @@ use serde_json::{Map, Value};
 
 use super::ChangeHandler;
 use super::essence::{self, Observed};
-use super::format::{DecodeError, VERSION, parse};
+use super::format::{DecodeError, VERSION, bound, check_owner, parse};
 
 /// The largest watched value stored as is (its compact JSON, in bytes).
 pub(crate) const FIELD_CAP: usize = 16 * 1024;
@@ -209,22 +211,40 @@ impl DiffBase {
         }
     }
 
-    /// The annotation's value (compact JSON).
+    /// The annotation's value (compact JSON) without the object's UID.
     #[must_use]
     pub(crate) fn encode(&self) -> String {
+        self.encode_bound(None)
+    }
+
+    /// The annotation's value (compact JSON) for the object `uid` (`None`: unbound).
+    #[must_use]
+    pub(crate) fn encode_bound(&self, uid: Option<&str>) -> String {
         let mut json = self.to_json();
         if let Value::Object(map) = &mut json {
             map.insert("v".to_owned(), Value::from(VERSION));
+            json = bound(std::mem::take(map), uid);
         }
         json.to_string()
     }
 
-    /// Reads an annotation's value.
+    #[cfg(test)]
+    /// Reads an annotation's value (whichever object it was written for).
     ///
     /// # Errors
     /// Not JSON, another version, or a malformed field.
     pub(crate) fn decode(text: &str) -> Result<Self, DecodeError> {
         Self::from_json(&parse(text)?)
+    }
+
+    /// Reads the annotation's value on the object `uid`.
+    ///
+    /// # Errors
+    /// As [`Self::decode`], and [`DecodeError::OtherObject`] for another object's value.
+    pub(crate) fn decode_for(text: &str, uid: &str) -> Result<Self, DecodeError> {
+        let json = parse(text)?;
+        check_owner(&json, uid)?;
+        Self::from_json(&json)
     }
 
     /// The base as a JSON object without the version (also the target inside a progress).
@@ -412,7 +432,7 @@ mod tests {
         assert!(matches!(first.progress, Some(Some(_))) && !first.writes_base());
         run.next(t(1), &|_| true);
         let last = run.complete(1, Outcome::Failed { message: "x" }, t(2));
-        let target = DiffBase::capture(&observed).encode();
+        let target = DiffBase::capture(&observed);
         let last = last.unwrap();
         assert_eq!((last.progress, last.base), (Some(None), Some(target)));
         assert!(run.is_finished() && run.running().is_none());
@@ -427,7 +447,7 @@ mod tests {
         let Step::Finished(Some(write)) = run.next(t(0), &|_| false) else {
             panic!("not finished");
         };
-        assert_eq!(write.base, Some(DiffBase::capture(&labels).encode()));
+        assert_eq!(write.base, Some(DiffBase::capture(&labels)));
         assert_eq!(run.next(t(0), &|_| false), Step::Finished(None));
     }
 

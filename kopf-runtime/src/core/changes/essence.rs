@@ -2,8 +2,9 @@
 //!
 //! The essence is every top-level key except `apiVersion`, `kind`, `metadata` and `status`,
 //! plus `metadata.labels`, plus `metadata.annotations` without the framework's own (under the
-//! operator's prefix), kopf's (`kopf.zalando.org/`) and `kubectl`'s last-applied copy, plus the
-//! watched fields under `status`. Its digest is FNV-1a-64 over the compact JSON of a borrowed
+//! operator's prefix), any kopf-rs operator's bookkeeping under any prefix
+//! ([`is_bookkeeping`]), kopf's (`kopf.zalando.org/`) and `kubectl`'s last-applied copy, plus
+//! the watched fields under `status`. Its digest is FNV-1a-64 over the compact JSON of a borrowed
 //! view with object keys in sorted order: the same across builds and processes (it is
 //! persisted), and computed without cloning the body. Empty labels or annotations count as
 //! absent.
@@ -14,6 +15,7 @@ use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Map, Value};
 
 use super::FieldPath;
+use super::keys::is_bookkeeping;
 use crate::core::hash::Fnv64;
 
 /// Top-level keys outside the essence (`metadata` and `status` contribute parts of theirs).
@@ -129,10 +131,11 @@ fn hash_of(value: &impl Serialize) -> Fnv64 {
 }
 
 /// Whether an annotation belongs to the essence.
-fn kept(key: &str, own_prefix: &str) -> bool {
+fn kept(key: &str, value: &Value, own_prefix: &str) -> bool {
     (own_prefix.is_empty() || !key.starts_with(own_prefix))
         && !FOREIGN_PREFIXES.iter().any(|p| key.starts_with(p))
         && !FOREIGN_KEYS.contains(&key)
+        && !is_bookkeeping(key, value)
 }
 
 /// A map's entries in sorted key order: as stored when already sorted (serde_json's `Map` is
@@ -173,7 +176,7 @@ impl Serialize for Canon<'_> {
         match self.0 {
             Value::Object(map) => Filtered {
                 map,
-                keep: |_: &str| true,
+                keep: |_: &str, _: &Value| true,
             }
             .serialize(serializer),
             Value::Array(items) => serializer.collect_seq(items.iter().map(Canon)),
@@ -186,14 +189,14 @@ impl Serialize for Canon<'_> {
 struct Filtered<'a, F> {
     /// The object.
     map: &'a Map<String, Value>,
-    /// Which keys are kept.
+    /// Which entries are kept.
     keep: F,
 }
 
-impl<F: Fn(&str) -> bool> Serialize for Filtered<'_, F> {
+impl<F: Fn(&str, &Value) -> bool> Serialize for Filtered<'_, F> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut out = serializer.serialize_map(None)?;
-        for (key, value) in entries(self.map).filter(|(key, _)| (self.keep)(key)) {
+        for (key, value) in entries(self.map).filter(|(key, value)| (self.keep)(key, value)) {
             out.serialize_entry(key, &Canon(value))?;
         }
         out.end()
@@ -220,7 +223,7 @@ impl Serialize for View<'_> {
         let annotations = meta
             .and_then(|m| m.get("annotations"))
             .and_then(Value::as_object)
-            .filter(|a| a.keys().any(|key| kept(key, own)));
+            .filter(|a| a.iter().any(|(key, value)| kept(key, value, own)));
         if labels.is_some() || annotations.is_some() {
             out.serialize_entry(
                 "metadata",
@@ -262,7 +265,7 @@ impl Serialize for Meta<'_> {
         let mut out = serializer.serialize_map(None)?;
         if let Some(map) = self.annotations {
             let own = self.own;
-            let keep = move |key: &str| kept(key, own);
+            let keep = move |key: &str, value: &Value| kept(key, value, own);
             out.serialize_entry("annotations", &Filtered { map, keep })?;
         }
         if let Some(labels) = self.labels {
@@ -364,6 +367,10 @@ mod tests {
         meta["annotations"] = json!({
             "kopf.dev/op.progress": "{}", "kopf.zalando.org/last-handled-configuration": "{}",
             "kubectl.kubernetes.io/last-applied-configuration": "{}",
+            // Other kopf-rs operators' bookkeeping, under their own prefixes.
+            "b.example.com/b.last-handled": r#"{"d":"0000000000000001","u":"u1","v":1}"#,
+            "b.example.com/b.progress": r#"{"c":"update","h":{},"v":1}"#,
+            "b.example.com/b.tick.cron": "2026-06-01T10:00:00Z",
         });
         assert_eq!(d(&body()), d(&changed));
         changed["metadata"]["labels"] = json!({});
@@ -391,6 +398,12 @@ mod tests {
         let mut annotated = body();
         annotated["metadata"]["annotations"] = json!({"team": "blue", "kopf.dev/x": "1"});
         assert_ne!(base, d(&annotated));
+        // Users' annotations that only share a suffix with the bookkeeping are inside.
+        for (key, value) in [("x.io/job.progress", "50%"), ("x.io/job.cron", "@daily")] {
+            let mut annotated = body();
+            annotated["metadata"]["annotations"] = json!({ key: value });
+            assert_ne!(base, d(&annotated), "{key}");
+        }
         let own = EssenceCfg {
             own_prefix: "",
             ..CFG

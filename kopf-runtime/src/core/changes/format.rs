@@ -1,6 +1,8 @@
-//! The format rules of the two annotations: compact JSON with a version `v` ([`VERSION`]).
-//! Reading never panics: a malformed value or another version is a [`DecodeError`], which the
-//! caller logs and reads as absent.
+//! The format rules of the two annotations: compact JSON with a version `v` ([`VERSION`]) and
+//! the UID `u` of the object they were written for ([`bound`]). Reading never panics: a
+//! malformed value, another version or another object's value is a [`DecodeError`], which the
+//! caller logs and reads as absent. A value without `u` (written before it was added) is read
+//! as this object's.
 
 use jiff::Timestamp;
 use serde_json::Value;
@@ -24,6 +26,9 @@ pub(crate) enum DecodeError {
     /// JSON, but not of the expected shape.
     #[error("malformed `{0}`")]
     Malformed(&'static str),
+    /// Written for another object (copied, e.g. in YAML exported from it).
+    #[error("written for the object with UID {0}, not this one (copied from another object?)")]
+    OtherObject(String),
 }
 
 /// Parses a stored annotation and checks its `v`.
@@ -37,6 +42,28 @@ pub(crate) fn parse(text: &str) -> Result<Value, DecodeError> {
         Some(Some(other)) => Err(DecodeError::Version(other)),
         _ => Err(DecodeError::Malformed("v")),
     }
+}
+
+/// Checks that a parsed annotation was written for the object `uid` (or before UIDs were
+/// written).
+///
+/// # Errors
+/// A `u` that is not a string, or another object's UID.
+pub(crate) fn check_owner(json: &Value, uid: &str) -> Result<(), DecodeError> {
+    match json.get("u").map(Value::as_str) {
+        None => Ok(()),
+        Some(Some(owner)) if owner == uid => Ok(()),
+        Some(Some(owner)) => Err(DecodeError::OtherObject(owner.to_owned())),
+        Some(None) => Err(DecodeError::Malformed("u")),
+    }
+}
+
+/// `doc` with the UID `u` of the object it is written for, if given.
+pub(crate) fn bound(mut doc: serde_json::Map<String, Value>, uid: Option<&str>) -> Value {
+    if let Some(uid) = uid {
+        doc.insert("u".to_owned(), uid.into());
+    }
+    Value::Object(doc)
 }
 
 /// A stored time (RFC 3339).

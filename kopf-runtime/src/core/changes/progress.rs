@@ -4,9 +4,12 @@
 //! ```text
 //! {"c":"update","h":{"make_bucket":{"n":1,"st":"done"},
 //!  "set_acl":{"at":"…Z","m":"403 from S3","n":2,"s":"…Z","st":"wait"},"tag":{}},
-//!  "s":"2026-06-01T10:00:00Z","t":{…the target, a diff base…},"v":1}
+//!  "s":"2026-06-01T10:00:00Z","t":{…the target, a diff base…},"u":"<uid>","v":1}
 //! ```
 //!
+//! - `u`: the UID of the object it was written for: another object's progress is ignored
+//!   (absent in progress written before it was added: read as this object's). A delete
+//!   progress is only ever resumed on an object being deleted (see `change_state`).
 //! - `st` ∈ `done`, `failed`, `skip`, `wait`; absent: pending. `n`: attempts made (absent: 0).
 //!   `s`: the first attempt of a waiting handler (`retry_timeout` counts from it). `at`: its
 //!   next attempt. `m`: the last error of a waiting or failed handler, at most
@@ -27,7 +30,7 @@ use serde_json::{Map, Value};
 
 use super::base::DiffBase;
 use super::essence::json_str_len;
-use super::format::{DecodeError, VERSION, parse, time, truncate_message};
+use super::format::{DecodeError, VERSION, check_owner, parse, time, truncate_message};
 use super::{ChangeKind, Outcome};
 
 /// The most bytes of the progress annotation besides the target.
@@ -218,9 +221,17 @@ impl Progress {
         self.cause == other.cause && self.target == other.target
     }
 
-    /// The annotation's value (compact JSON; messages that do not fit are left out).
+    #[cfg(test)]
+    /// The annotation's value (compact JSON; messages that do not fit are left out), without
+    /// the object's UID.
     #[must_use]
     pub(crate) fn encode(&self) -> String {
+        self.encode_bound(None)
+    }
+
+    /// The annotation's value for the object `uid` (`None`: unbound).
+    #[must_use]
+    pub(crate) fn encode_bound(&self, uid: Option<&str>) -> String {
         let target = self.target.to_json();
         let target_len = target.to_string().len();
         let records = self.handlers.iter();
@@ -232,6 +243,9 @@ impl Progress {
         doc.insert("t".to_owned(), target);
         doc.insert("v".to_owned(), VERSION.into());
         doc.insert("h".to_owned(), Value::Object(records.clone()));
+        if let Some(uid) = uid {
+            doc.insert("u".to_owned(), uid.into());
+        }
         let bare = Value::Object(doc.clone()).to_string().len() - target_len;
         let mut room = PROGRESS_CAP.saturating_sub(bare);
         // The waiting handler's message first, then the failed ones'.
@@ -254,12 +268,27 @@ impl Progress {
         Value::Object(doc).to_string()
     }
 
-    /// Reads an annotation's value.
+    /// Reads the annotation's value on the object `uid`.
+    ///
+    /// # Errors
+    /// As [`Self::decode`], and [`DecodeError::OtherObject`] for another object's value.
+    pub(crate) fn decode_for(text: &str, uid: &str) -> Result<Self, DecodeError> {
+        let json = parse(text)?;
+        check_owner(&json, uid)?;
+        Self::from_json(&json)
+    }
+
+    #[cfg(test)]
+    /// Reads an annotation's value (whichever object it was written for).
     ///
     /// # Errors
     /// Not JSON, another version, or a malformed field.
     pub(crate) fn decode(text: &str) -> Result<Self, DecodeError> {
-        let json = parse(text)?;
+        Self::from_json(&parse(text)?)
+    }
+
+    /// Reads the parsed JSON of an annotation's value.
+    fn from_json(json: &Value) -> Result<Self, DecodeError> {
         let cause = json
             .get("c")
             .and_then(Value::as_str)

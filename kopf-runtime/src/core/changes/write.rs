@@ -5,6 +5,7 @@
 use serde_json::{Map, Value};
 
 use super::ChangeKind;
+use super::base::DiffBase;
 use super::keys::Keys;
 use super::progress::Progress;
 
@@ -12,9 +13,9 @@ use super::progress::Progress;
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct ChangeWrite {
     /// The progress annotation: `Some(None)` removes it.
-    pub(crate) progress: Option<Option<String>>,
+    pub(crate) progress: Option<Option<Progress>>,
     /// The new diff base.
-    pub(crate) base: Option<String>,
+    pub(crate) base: Option<DiffBase>,
     /// The handler's result, for `status.<id>` (the caller adds it).
     pub(crate) result: Option<Value>,
     /// The handler's own merge patch (the caller adds it).
@@ -32,11 +33,11 @@ impl ChangeWrite {
             ChangeKind::Resume => Self::default(),
             ChangeKind::Create | ChangeKind::Update if last => Self {
                 progress: Some(None),
-                base: Some(progress.target.encode()),
+                base: Some(progress.target.clone()),
                 ..Self::default()
             },
             ChangeKind::Create | ChangeKind::Update | ChangeKind::Delete => Self {
-                progress: Some(Some(progress.encode())),
+                progress: Some(Some(progress.clone())),
                 ..Self::default()
             },
         }
@@ -49,23 +50,35 @@ impl ChangeWrite {
         self.base.is_some()
     }
 
-    /// The merge patch for the object `body` (its latest version) of the handler `handler`:
-    /// the user's patch, the annotations and `status.<handler>`, without the entries that
-    /// already hold their value. `None`: nothing to write. A user patch that is not an object
-    /// is left out (the caller warns, as for daemons and timers).
+    /// The merge patch for the object `body` (its latest version, whose UID is `uid`) of the
+    /// handler `handler`: the user's patch, the annotations (bound to `uid`) and
+    /// `status.<handler>`, without the entries that already hold their value. `None`: nothing
+    /// to write. A user patch that is not an object is left out (the caller warns, as for
+    /// daemons and timers). Each write of the progress also removes the progress of earlier
+    /// versions ([`Keys::legacy`]), if any.
     #[must_use]
-    pub(crate) fn into_patch(self, keys: &Keys, handler: &str, body: &Value) -> Option<Value> {
+    pub(crate) fn into_patch(
+        self,
+        keys: &Keys,
+        handler: &str,
+        body: &Value,
+        uid: &str,
+    ) -> Option<Value> {
         let mut patch = match self.user {
             Some(Value::Object(map)) => map,
             _ => Map::new(),
         };
         let mut annotations = Map::new();
         if let Some(progress) = self.progress {
-            let value = progress.map_or(Value::Null, Value::String);
+            let value = progress.map_or(Value::Null, |p| p.encode_bound(Some(uid)).into());
             annotations.insert(keys.progress.clone(), value);
+            if let Some(legacy) = &keys.legacy {
+                annotations.insert(legacy.progress.clone(), Value::Null);
+            }
         }
         if let Some(base) = self.base {
-            annotations.insert(keys.base.clone(), Value::String(base));
+            let value = base.encode_bound(Some(uid)).into();
+            annotations.insert(keys.base.clone(), value);
         }
         if !annotations.is_empty() {
             merge_at(&mut patch, &["metadata", "annotations"], annotations);
@@ -156,22 +169,31 @@ mod tests {
         Keys::new("kopf.dev/", "op")
     }
 
+    /// A base, and its annotation on the object `u1`.
+    fn base() -> (DiffBase, &'static str) {
+        let base = DiffBase {
+            digest: 1,
+            fields: std::collections::BTreeMap::new(),
+        };
+        (base, r#"{"d":"0000000000000001","u":"u1","v":1}"#)
+    }
+
     #[test]
     fn one_patch_holds_annotations_result_and_the_users_patch() {
         let write = ChangeWrite {
             progress: Some(None),
-            base: Some("{\"d\":\"1\"}".to_owned()),
+            base: Some(base().0),
             result: Some(json!({"ok": true})),
             user: Some(json!({"metadata": {"labels": {"done": "yes"}}, "spec": {"x": 1}})),
         };
         let body = json!({"metadata": {"annotations": {"kopf.dev/op.progress": "{}"}}});
         assert!(write.writes_base());
         assert_eq!(
-            write.into_patch(&keys(), "make", &body),
+            write.into_patch(&keys(), "make", &body, "u1"),
             Some(json!({
                 "metadata": {
                     "labels": {"done": "yes"},
-                    "annotations": {"kopf.dev/op.progress": null, "kopf.dev/op.last-handled": "{\"d\":\"1\"}"},
+                    "annotations": {"kopf.dev/op.progress": null, "kopf.dev/op.last-handled": base().1},
                 },
                 "spec": {"x": 1},
                 "status": {"make": {"ok": true}},
@@ -182,20 +204,22 @@ mod tests {
     #[test]
     fn what_is_already_there_is_not_written() {
         let body = json!({
-            "metadata": {"annotations": {"kopf.dev/op.last-handled": "B"}},
+            "metadata": {"annotations": {"kopf.dev/op.last-handled": base().1}},
             "spec": {"x": 1},
             "status": {"make": {"ok": true, "n": 1}, "flat": 1},
         });
-        let patch = |progress: Option<Option<&str>>, result, user| {
-            let base = Some("B".to_owned());
-            let progress = progress.map(|p| p.map(str::to_owned));
+        let set = set();
+        let start = ChangeRun::start(Create, &set, None, &seen(&set, &body), t(0));
+        let progress = start.progress().clone();
+        let patch = |progress: Option<Option<Progress>>, result, user| {
+            let base = Some(base().0);
             let write = ChangeWrite {
                 progress,
                 base,
                 result,
                 user,
             };
-            write.into_patch(&keys(), "make", &body)
+            write.into_patch(&keys(), "make", &body, "u1")
         };
         let user = json!({"spec": {"x": 1, "gone": null}});
         assert_eq!(
@@ -203,16 +227,59 @@ mod tests {
             None
         );
         let list = json!(["not", "an", "object"]);
+        let text = progress.encode_bound(Some("u1"));
         assert_eq!(
-            patch(Some(Some("P")), Some(json!({"ok": false})), Some(list)),
+            patch(Some(Some(progress)), Some(json!({"ok": false})), Some(list)),
             Some(json!({
-                "metadata": {"annotations": {"kopf.dev/op.progress": "P"}},
+                "metadata": {"annotations": {"kopf.dev/op.progress": text}},
                 "status": {"make": {"ok": false}},
             }))
         );
         let user = json!({"status": {"flat": {}}});
         let flat = json!({"status": {"flat": {}}}); // `{}` merged into `make` changes nothing
         assert_eq!(patch(None, Some(json!({})), Some(user)), Some(flat));
+    }
+
+    /// What is written is bound to the object; a copy on another object is refused, a value
+    /// written before UIDs were (no `u`) is read; the old progress key goes with each write.
+    #[test]
+    fn the_annotations_are_bound_to_the_object() {
+        let (base, text) = base();
+        #[rustfmt::skip]
+        let rows = [
+            ("this object", text, "u1", Some(base.clone())),
+            ("a copy", text, "u2", None),
+            ("written before UIDs", r#"{"d":"0000000000000001","v":1}"#, "u2", Some(base.clone())),
+            ("a bad UID", r#"{"d":"0000000000000001","u":7,"v":1}"#, "u1", None),
+        ];
+        for (row, text, uid, want) in rows {
+            assert_eq!(DiffBase::decode_for(text, uid).ok(), want, "row {row}");
+        }
+        let err = DiffBase::decode_for(text, "u2").unwrap_err().to_string();
+        assert!(err.contains("UID u1"), "{err}");
+        let set = set();
+        let mut run = ChangeRun::start(Delete, &set, None, &seen(&set, &body("x", 1)), t(0));
+        run.next(t(0), &|_| true);
+        let write = run.complete(4, Outcome::Succeeded, t(1)).unwrap();
+        let stored = write.progress.clone().flatten().unwrap();
+        let keys = Keys::of_operator("kopf.dev/", "a.example.com/finalizer");
+        let old = json!({"metadata": {"annotations": {"kopf.dev/finalizer.progress": "{}"}}});
+        let patch = write.clone().into_patch(&keys, "d", &old, "u1").unwrap();
+        let annotations = &patch["metadata"]["annotations"];
+        assert_eq!(annotations["kopf.dev/finalizer.progress"], Value::Null);
+        let text = annotations["kopf.dev/a.example.com_finalizer.progress"]
+            .as_str()
+            .unwrap();
+        assert_eq!(Progress::decode_for(text, "u1").unwrap(), stored);
+        assert!(Progress::decode_for(text, "u2").is_err());
+        let bare = json!({"metadata": {"annotations": {}}});
+        let none = write.into_patch(&keys, "d", &bare, "u1").unwrap();
+        let annotations = none["metadata"]["annotations"].as_object().unwrap();
+        assert_eq!(
+            annotations.len(),
+            1,
+            "no removal of an absent key: {annotations:?}"
+        );
     }
 
     #[test]
@@ -304,8 +371,7 @@ mod tests {
                         };
                         let write = run.complete(index, outcome(kind), now);
                         prop_assert!(write.is_some(), "one write per transition");
-                        let Some(Some(text)) = write.and_then(|w| w.progress) else { break };
-                        let written = Progress::decode(&text).unwrap();
+                        let Some(Some(written)) = write.and_then(|w| w.progress) else { break };
                         if let Some(before) = &stored {
                             prop_assert_eq!(&merge(before, &written), &written, "progress regressed");
                         }
@@ -352,7 +418,7 @@ mod tests {
         let Step::Finished(Some(last)) = run.next(t(1), &|i| i == 4) else {
             panic!("not finished");
         };
-        let kept = Progress::decode(&last.progress.unwrap().unwrap()).unwrap();
+        let kept = last.progress.unwrap().unwrap();
         assert!(kept.is_finished() && kept.handlers["o"].state == State::Skipped);
         assert!(!run.holds_finalizer() && last.base.is_none());
         let mut run = ChangeRun::start(Resume, &set, None, &observed, t(0));
@@ -369,7 +435,7 @@ mod tests {
         let mut run = ChangeRun::start(Create, &set, None, &seen(&set, &new), t(0));
         run.next(t(0), &|_| true);
         let write = run.complete(0, Outcome::Succeeded, t(1)).unwrap();
-        let mut stored = Progress::decode(&write.progress.unwrap().unwrap()).unwrap();
+        let mut stored = write.progress.unwrap().unwrap();
         stored.handlers.insert("gone".to_owned(), Record::PENDING);
         let mut again = ChangeRun::resume(stored.clone(), &set);
         assert!(!again.progress().handlers.contains_key("gone"));

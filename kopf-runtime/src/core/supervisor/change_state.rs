@@ -43,7 +43,9 @@ pub(crate) fn change_kind(kind: HandlerKind) -> Option<ChangeKind> {
 
 impl Changes {
     /// The change handlers among `handlers` (`None`: there are none), stored under `prefix`
-    /// with the operator's name taken from its `finalizer` (`kopf.dev/<name>`).
+    /// with the operator's storage name taken from its `finalizer` ([`storage_name`]).
+    ///
+    /// [`storage_name`]: crate::core::changes::keys::storage_name
     ///
     /// # Errors
     /// A handler watches a change handler's result, or a change's progress could not fit.
@@ -74,10 +76,9 @@ impl Changes {
         if list.is_empty() {
             return Ok(None);
         }
-        let name = finalizer.rsplit('/').next().unwrap_or(finalizer);
         Ok(Some(Self {
             handlers: ChangeHandlers::new(list)?,
-            keys: Keys::new(prefix, name),
+            keys: Keys::of_operator(prefix, finalizer),
             own_prefix: prefix.to_owned(),
         }))
     }
@@ -144,28 +145,39 @@ impl ObjectChanges {
         }
     }
 
-    /// Reads the stored diff base and progress from `object` (malformed ones are logged and
-    /// read as absent).
-    fn load(&mut self, changes: &Changes, object: &ObjectState, now: Timestamp) {
+    /// Reads the stored diff base and progress from `object` (malformed ones, and those written
+    /// for another object, are logged and read as absent). A delete progress on an object that
+    /// is not being deleted is ignored: anyone who may patch the object could write one, and
+    /// `on_delete` must never run on a live object.
+    fn load(&mut self, changes: &Changes, object: &ObjectState, deleting: bool, now: Timestamp) {
         let keys = &changes.keys;
         let reference = object.reference();
-        let stored_base = object.annotation(&keys.base).and_then(|text| {
-            DiffBase::decode(text)
+        let stored_base = stored(object, keys, |k| &k.base).and_then(|(key, text)| {
+            DiffBase::decode_for(text, &reference.uid)
                 .inspect_err(|err| {
-                    tracing::warn!(object = %reference, annotation = %keys.base,
-                        "the stored diff base is unreadable, so the object counts as new: {err}");
+                    tracing::warn!(object = %reference, annotation = %key,
+                        "the stored diff base is ignored, so the object counts as new: {err}");
                 })
                 .ok()
         });
         // None stored: this process's own write may not have been seen yet.
         self.base = stored_base.or(self.base.take());
-        let stored = object.annotation(&keys.progress).and_then(|text| {
-            Progress::decode(text)
+        let stored = stored(object, keys, |k| &k.progress).and_then(|(key, text)| {
+            Progress::decode_for(text, &reference.uid)
                 .inspect_err(|err| {
-                    tracing::warn!(object = %reference, annotation = %keys.progress,
-                        "the stored progress is unreadable, so the change starts anew: {err}");
+                    tracing::warn!(object = %reference, annotation = %key,
+                        "the stored progress is ignored, so the change starts anew: {err}");
                 })
                 .ok()
+                .filter(|progress| {
+                    let live_delete = progress.cause == ChangeKind::Delete && !deleting;
+                    if live_delete {
+                        tracing::warn!(object = %reference, annotation = %key,
+                            "the stored progress is a deletion, but the object is not being \
+                             deleted: ignored (written by hand, or copied from an old version)");
+                    }
+                    !live_delete
+                })
         });
         let resume = |progress: Progress| {
             let finished = progress.is_finished();
@@ -198,7 +210,7 @@ impl ObjectChanges {
     /// Decides the object's change now: `true` if a change is in flight for the task to run.
     pub(crate) fn plan(&mut self, changes: &Changes, facts: &Facts<'_>, now: Timestamp) -> bool {
         if self.reload {
-            self.load(changes, facts.object, now);
+            self.load(changes, facts.object, facts.deleting, now);
             self.reload = false;
         }
         if let Some(run) = &self.run {
@@ -290,6 +302,20 @@ impl ObjectChanges {
         let old = (cause == ChangeKind::Update).then(|| self.old.clone());
         Arc::new(ChangeContext::new(old.flatten(), field))
     }
+}
+
+/// The annotation `key` of `keys` on `object`, or else the one of the earlier versions' keys.
+fn stored<'o>(
+    object: &'o ObjectState,
+    keys: &Keys,
+    key: impl Fn(&Keys) -> &String,
+) -> Option<(String, &'o str)> {
+    let current = key(keys);
+    if let Some(text) = object.annotation(current) {
+        return Some((current.clone(), text));
+    }
+    let legacy = key(keys.legacy.as_deref()?);
+    object.annotation(legacy).map(|text| (legacy.clone(), text))
 }
 
 /// What `reconcile` knows of an object for its changes.

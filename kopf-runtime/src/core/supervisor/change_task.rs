@@ -252,7 +252,7 @@ impl ChangeTask {
         let Some(changes) = self.inner.changes.as_ref() else {
             return;
         };
-        let Some(patch) = write.into_patch(&changes.keys, handler, &body) else {
+        let Some(patch) = write.into_patch(&changes.keys, handler, &body, &reference.uid) else {
             return;
         };
         if let Err(err) = sink.0.apply(&reference, patch).await {

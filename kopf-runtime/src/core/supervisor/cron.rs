@@ -8,9 +8,11 @@
 //!             jump is logged and the next occurrence computed anew) ──▶ [jitter] ──▶ run
 //!             (retries only until the next occurrence) ──▶ record it ──▶ next occurrence …
 //! ```
-//! The last run occurrence is recorded in an annotation `<prefix><id>.cron` on the object, in
-//! the same patch as the run's result, so a restarted or new owner neither runs it again nor
-//! (with `missed = "run_once"`) forgets the latest one it missed.
+//! The last run occurrence is recorded in an annotation `<prefix><op>.<id>.cron` on the object
+//! (`<op>`: the operator's storage name, see `changes::keys`), in the same patch as the run's
+//! result, so a restarted or new owner neither runs it again nor (with `missed = "run_once"`)
+//! forgets the latest one it missed. The record of earlier versions, `<prefix><id>.cron`
+//! (shared by every operator with that prefix), is read while the new one is absent.
 
 use std::time::Duration;
 
@@ -23,8 +25,9 @@ use super::policy::Verdict;
 use super::runner::Runner;
 use super::schedule::draw_jitter;
 use super::state::Exit;
+use crate::core::changes::keys::{cron_key, legacy_cron_key};
 use crate::core::clock::WallClock;
-use crate::core::cron::{Plan, record_key};
+use crate::core::cron::Plan;
 use crate::core::erased::Output;
 use crate::core::spec::{CronSchedule, Missed};
 use crate::core::sync::lock;
@@ -59,8 +62,10 @@ pub(crate) async fn run(runner: &mut Runner, schedule: CronSchedule) -> Exit {
         }
     };
     let clock = runner.inner.config.wall_clock.clone();
-    let key = record_key(&runner.inner.config.annotation_prefix, runner.spec.id);
-    let mut last = last_run(runner, &key);
+    let config = &runner.inner.config;
+    let key = cron_key(&config.annotation_prefix, &config.finalizer, runner.spec.id);
+    let legacy = legacy_cron_key(&config.annotation_prefix, runner.spec.id);
+    let mut last = last_run(runner, &key, &legacy);
     let mut catch_up = schedule.missed == Missed::RunOnce;
     loop {
         let now = clock.now();
@@ -115,13 +120,14 @@ pub(crate) async fn run(runner: &mut Runner, schedule: CronSchedule) -> Exit {
 }
 
 /// The last run occurrence: this process's, or the one recorded on the object, whichever is
-/// later.
-fn last_run(runner: &Runner, key: &str) -> Option<Timestamp> {
-    let recorded = runner
-        .live
-        .borrow()
-        .annotation(key)
-        .and_then(|text| text.parse::<Timestamp>().ok());
+/// later. The record is `key`, or, while it is absent, the one of earlier versions (`legacy`,
+/// not scoped by operator).
+fn last_run(runner: &Runner, key: &str, legacy: &str) -> Option<Timestamp> {
+    let recorded = {
+        let object = runner.live.borrow();
+        let text = object.annotation(key).or_else(|| object.annotation(legacy));
+        text.and_then(|text| text.parse::<Timestamp>().ok())
+    };
     let state = lock(&runner.inner.state);
     let here = state
         .objects
