@@ -4,10 +4,15 @@
 //!
 //! The probe server is exposed on the pod's network, so it defends itself: one request per
 //! connection, a header-read timeout, a deadline per connection, a cap on the request size and
-//! a limit on the connections served at once (see [`ProbeLimits`]).
+//! a limit on the connections open at once (see [`ProbeLimits`]). Every connection is accepted
+//! at once, and a new one beyond the limit closes the oldest: connections left idle (a
+//! slowloris, a port scanner) cannot keep the kubelet's probes waiting, since a probe sends its
+//! request as soon as it connects and is answered within a millisecond, long before enough
+//! newer connections could come to make it the oldest.
 
+use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
@@ -18,10 +23,10 @@ use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use super::Health;
+use crate::core::sync::lock;
 
 fn answer(result: Result<(), String>) -> (StatusCode, String) {
     match result {
@@ -72,7 +77,7 @@ pub(crate) struct ProbeLimits {
     pub(crate) header_read_timeout: Duration,
     /// How long one connection may stay open, whatever it does.
     pub(crate) connection_timeout: Duration,
-    /// Connections served at once; further ones wait in the listen backlog.
+    /// Connections open at once; a new one beyond it closes the oldest.
     pub(crate) max_connections: usize,
     /// The largest request head (start line and headers) in bytes; larger ones get `431`.
     pub(crate) max_request_bytes: usize,
@@ -83,7 +88,7 @@ impl ProbeLimits {
     pub(crate) const DEFAULT: Self = Self {
         header_read_timeout: Duration::from_secs(5),
         connection_timeout: Duration::from_secs(10),
-        max_connections: 16,
+        max_connections: 64,
         max_request_bytes: 8 * 1024,
     };
 }
@@ -120,27 +125,63 @@ async fn serve_within(
     Ok(bound)
 }
 
-/// Accepts connections while a slot is free (the others wait in the listen backlog) and serves
-/// each with one request, a header-read timeout and an overall deadline.
+/// The connections open now, oldest first, each with what closes it.
+#[derive(Default)]
+struct Open {
+    next: u64,
+    order: VecDeque<(u64, CancellationToken)>,
+}
+
+impl Open {
+    /// Admits a new connection: its id and what closes it. Closes the oldest ones beyond `max`.
+    fn admit(&mut self, max: usize) -> (u64, CancellationToken) {
+        while self.order.len() >= max.max(1) {
+            let Some((_, oldest)) = self.order.pop_front() else {
+                break;
+            };
+            oldest.cancel();
+        }
+        let (id, close) = (self.next, CancellationToken::new());
+        self.next += 1;
+        self.order.push_back((id, close.clone()));
+        (id, close)
+    }
+
+    /// The connection `id` ended (a no-op if it was closed as the oldest).
+    fn leave(&mut self, id: u64) {
+        if let Some(at) = self.order.iter().position(|(open, _)| *open == id) {
+            self.order.remove(at);
+        }
+    }
+}
+
+/// Takes a connection off the open ones when its task ends, however it ends.
+struct Admitted {
+    open: Arc<Mutex<Open>>,
+    id: u64,
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        lock(&self.open).leave(self.id);
+    }
+}
+
+/// Accepts every connection (one beyond the limit closes the oldest open one) and serves each
+/// with one request, a header-read timeout and an overall deadline.
 async fn accept_loop(
     listener: TcpListener,
     app: Router,
     stop: CancellationToken,
     limits: ProbeLimits,
 ) {
-    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let open = Arc::new(Mutex::new(Open::default()));
     let mut http = http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout)
         .max_buf_size(limits.max_request_bytes)
         .keep_alive(false);
     loop {
-        let Some(Ok(slot)) = stop
-            .run_until_cancelled(Arc::clone(&slots).acquire_owned())
-            .await
-        else {
-            return;
-        };
         let Some(accepted) = stop.run_until_cancelled(listener.accept()).await else {
             return;
         };
@@ -149,7 +190,6 @@ async fn accept_loop(
             Err(err) => {
                 // E.g. out of file descriptors: pause instead of spinning.
                 tracing::debug!(error = %err, "the health probe server cannot accept");
-                drop(slot);
                 let pause = tokio::time::sleep(Duration::from_millis(100));
                 if stop.run_until_cancelled(pause).await.is_none() {
                     return;
@@ -157,20 +197,28 @@ async fn accept_loop(
                 continue;
             }
         };
+        let (id, close) = lock(&open).admit(limits.max_connections);
+        let admitted = Admitted {
+            open: Arc::clone(&open),
+            id,
+        };
         let connection =
             http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
         let (deadline, stop) = (limits.connection_timeout, stop.clone());
         tokio::spawn(async move {
-            let _slot = slot;
-            let served = stop
-                .run_until_cancelled(tokio::time::timeout(deadline, connection))
-                .await;
-            match served {
-                Some(Ok(Err(err))) => {
-                    tracing::debug!(error = %err, "a health probe connection failed")
+            let _admitted = admitted;
+            let served = tokio::select! {
+                served = tokio::time::timeout(deadline, connection) => served,
+                () = close.cancelled() => {
+                    tracing::debug!("a health probe connection closed to make room for a newer one");
+                    return;
                 }
-                Some(Err(_)) => tracing::debug!("a health probe connection ran past its deadline"),
-                Some(Ok(Ok(()))) | None => {}
+                () = stop.cancelled() => return,
+            };
+            match served {
+                Ok(Err(err)) => tracing::debug!(error = %err, "a health probe connection failed"),
+                Err(_) => tracing::debug!("a health probe connection ran past its deadline"),
+                Ok(Ok(())) => {}
             }
         });
     }
@@ -305,26 +353,73 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn connections_past_the_limit_wait_for_a_free_slot() {
+    async fn a_connection_past_the_limit_closes_the_oldest() {
         let limits = ProbeLimits {
             max_connections: 2,
             ..ProbeLimits::DEFAULT
         };
         let (addr, stop) = start(limits).await;
-        let mut idle = Vec::new();
-        for _ in 0..2 {
-            idle.push(TcpStream::connect(addr).await.expect("connects"));
-        }
-        let mut third = TcpStream::connect(addr)
-            .await
-            .expect("the backlog takes it");
+        let mut oldest = TcpStream::connect(addr).await.expect("connects");
+        let mut younger = TcpStream::connect(addr).await.expect("connects");
+        // Accepted in the order they connected (the listen backlog is a queue).
+        let mut third = TcpStream::connect(addr).await.expect("connects");
         third.write_all(REQUEST).await.expect("sends");
-        let mut byte = [0_u8; 1];
-        let early = tokio::time::timeout(Duration::from_millis(300), third.read(&mut byte));
-        assert!(early.await.is_err(), "served past the connection limit");
-        drop(idle.pop()); // one slot frees up
         let text = answer(&mut third).await;
         assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+        assert_eq!(answer(&mut oldest).await, "", "the oldest is closed");
+        let mut byte = [0_u8; 1];
+        let open = tokio::time::timeout(Duration::from_millis(300), younger.read(&mut byte));
+        assert!(open.await.is_err(), "only the oldest is closed");
+        stop.cancel();
+    }
+
+    /// Idle connections opened continuously, many more than the limit, and kept open: the probes
+    /// are answered at once all the same (before, each idle connection held one of the slots
+    /// taken before `accept` until its header timeout, and the probes waited behind them).
+    #[tokio::test]
+    async fn idle_connections_cannot_starve_the_probes() {
+        /// Far above the milliseconds an answer takes, far below the header timeout (5 s) that
+        /// an idle connection holding a slot would make a probe wait.
+        const BOUND: Duration = Duration::from_secs(2);
+        let limits = ProbeLimits::DEFAULT;
+        let (addr, stop) = start(limits).await;
+        let mut idle = Vec::new();
+        for _ in 0..4 * limits.max_connections {
+            idle.push(TcpStream::connect(addr).await.expect("connects"));
+        }
+        // The slowloris goes on while the probes come.
+        let loris = tokio::spawn(async move {
+            let mut more = Vec::new();
+            loop {
+                if let Ok(stream) = TcpStream::connect(addr).await {
+                    more.push(stream);
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        });
+        for path in ["/healthz", "/readyz", "/healthz", "/readyz"] {
+            let began = tokio::time::Instant::now();
+            let mut probe = TcpStream::connect(addr).await.expect("connects");
+            let request = format!("GET {path} HTTP/1.1\r\nHost: probe\r\n\r\n");
+            probe.write_all(request.as_bytes()).await.expect("sends");
+            let mut out = Vec::new();
+            let read = tokio::time::timeout(BOUND, probe.read_to_end(&mut out)).await;
+            let text = String::from_utf8_lossy(&out);
+            assert!(
+                read.is_ok(),
+                "{path} not answered within {BOUND:?}: {text:?}"
+            );
+            assert!(text.starts_with("HTTP/1.1 200"), "{path}: {text}");
+            assert!(began.elapsed() < BOUND, "{path}: {:?}", began.elapsed());
+        }
+        // The oldest idle connections were closed to make room: the open ones stay bounded.
+        let first = idle.first_mut().expect("opened");
+        assert_eq!(
+            answer(first).await,
+            "",
+            "the oldest idle connection is closed"
+        );
+        loris.abort();
         stop.cancel();
     }
 }
