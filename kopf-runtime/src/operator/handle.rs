@@ -238,7 +238,7 @@ impl Operator {
             .iter()
             .map(|kind| kind.supervisor.shutdown_counts());
         let counts = futures::future::join_all(supervisors);
-        match tokio::time::timeout_at(deadline, counts).await {
+        let mut clean = match tokio::time::timeout_at(deadline, counts).await {
             Ok(counts) => {
                 let sum = |f: fn(&ShutdownCounts) -> usize| counts.iter().map(f).sum::<usize>();
                 info!(
@@ -247,17 +247,33 @@ impl Operator {
                     abandoned = sum(|c| c.abandoned),
                     "every daemon and timer has stopped"
                 );
+                sum(|c| c.abandoned) == 0
             }
-            Err(_) => warn!("the supervisors did not finish within the shutdown timeout"),
-        }
+            Err(_) => {
+                warn!("the supervisors did not finish within the shutdown timeout");
+                false
+            }
+        };
         // Let pending writes of final results finish, within the deadline.
         for kind in &self.kinds {
             if !kind.queues.drain(deadline).await {
                 warn!(resource = %kind.info, "pending writes did not finish within the shutdown timeout");
+                clean = false;
             }
         }
-        // Only now that the handlers have stopped: a standby may take over at once.
-        self.replicas.release().await;
+        if clean {
+            // Only now that the handlers have stopped: a standby may take over at once.
+            self.replicas.release().await;
+        } else {
+            if self.replicas.coordinated() {
+                warn!(
+                    "some handlers were abandoned or some writes did not finish: the Lease is \
+                       not released, so the other replicas take over only once it expires (the \
+                       lease duration), not while an abandoned handler may still run"
+                );
+            }
+            self.replicas.leave();
+        }
         self.election_stop.cancel();
         self.probe_stop.cancel();
         info!("the operator has stopped");

@@ -106,6 +106,21 @@ impl Replicas {
         }
     }
 
+    /// At an exit that left handlers running or writes pending: stops leading or serving
+    /// without giving anything up; the others take over once the Lease expires.
+    pub(crate) fn leave(&self) {
+        match self {
+            Self::Alone => {}
+            Self::Elected(elector) => elector.leave(),
+            Self::Sharded(member) => member.leave(),
+        }
+    }
+
+    /// Whether this replica coordinates with others (leader election or sharding).
+    pub(crate) fn coordinated(&self) -> bool {
+        !matches!(self, Self::Alone)
+    }
+
     /// The role, with leader election.
     pub(crate) fn leadership(&self) -> Option<Leadership> {
         match self {

@@ -297,6 +297,13 @@ impl Elector {
         self.retiring.store(true, Ordering::SeqCst);
     }
 
+    /// At an exit whose handlers did not all stop (some were abandoned at the shutdown timeout)
+    /// or whose writes did not drain: stops leading without giving the Lease up, so that no
+    /// standby starts the same handlers before it expires.
+    pub(crate) fn leave(&self) {
+        self.step_down("the operator exits with handlers or writes still running");
+    }
+
     /// After the handlers have stopped: gives the Lease up if this replica still leads, so that
     /// a standby takes it at its next attempt instead of after the lease duration.
     ///

@@ -433,6 +433,13 @@ impl Member {
         self.retiring.store(true, Ordering::SeqCst);
     }
 
+    /// At an exit whose handlers did not all stop or whose writes did not drain: stops serving
+    /// (its writes are refused) without giving up its claims or its Lease, so that no other
+    /// member starts the same handlers before the Lease expires.
+    pub(crate) fn leave(&self) {
+        self.fence.close();
+    }
+
     /// After the handlers have stopped: gives up this member's claims and its Lease, so that
     /// the others take its ranges at their next round instead of after the lease duration.
     ///
