@@ -2,13 +2,17 @@
 //!
 //! The essence is the body without `status` and without system metadata (`resourceVersion`,
 //! `generation`, `managedFields`, timestamps, `uid`, `selfLink`), without the framework's own
-//! finalizer and without annotations under the framework's prefix. So a timer's own status
-//! writes, result stores and the framework's bookkeeping never reset `idle`. Only a fingerprint
+//! finalizer, without annotations under the framework's prefix and without any kopf-rs
+//! operator's bookkeeping under another prefix (`changes::keys::is_bookkeeping`). So a timer's
+//! own status writes, result stores and the bookkeeping of this or another operator never reset
+//! `idle`. Only a fingerprint
 //! (a 64-bit hash with sorted keys) is kept per object.
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 
 use serde_json::{Map, Value};
+
+use crate::core::changes::keys::is_bookkeeping;
 
 /// Metadata fields the API server or the framework changes without any user intent.
 const SYSTEM_METADATA: [&str; 8] = [
@@ -46,8 +50,10 @@ fn strip_metadata(meta: &mut Map<String, Value>, finalizer: &str, annotation_pre
         }
     }
     if let Some(Value::Object(annotations)) = meta.get_mut("annotations") {
-        annotations
-            .retain(|key, _| annotation_prefix.is_empty() || !key.starts_with(annotation_prefix));
+        annotations.retain(|key, value| {
+            (annotation_prefix.is_empty() || !key.starts_with(annotation_prefix))
+                && !is_bookkeeping(key, value)
+        });
         if annotations.is_empty() {
             meta.remove("annotations");
         }
@@ -130,7 +136,12 @@ mod tests {
     fn the_framework_finalizer_and_annotations_are_not_part_of_the_essence() {
         let mut changed = base();
         changed["metadata"]["finalizers"] = json!([FIN]);
-        changed["metadata"]["annotations"] = json!({"kopf.dev/last-run": "5"});
+        changed["metadata"]["annotations"] = json!({
+            "kopf.dev/last-run": "5",
+            // Another operator's bookkeeping, under its own prefix.
+            "b.example.com/b.last-handled": r#"{"d":"0000000000000001","v":1}"#,
+            "b.example.com/b.tick.cron": "2026-06-01T10:00:00Z",
+        });
         assert_eq!(fp(&base()), fp(&changed));
         let e = essence(&changed, FIN, PREFIX);
         assert!(e["metadata"].get("finalizers").is_none());
