@@ -167,7 +167,7 @@ impl Run {
                     .filter(|e| e.kind == kind && e.name == name)
                     .map(|e| e.detail.as_str())
                     .max();
-                let key = format!("kopf.dev/{id}.cron");
+                let key = format!("kopf.dev/kopf-tests.{id}.cron");
                 if object.annotations().get(&key).map(String::as_str) != latest {
                     return Ok(false);
                 }
