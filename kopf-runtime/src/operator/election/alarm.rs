@@ -174,8 +174,8 @@ impl LeaseAlarm {
 pub(crate) fn describe(err: &kube::Error, namespace: &str) -> String {
     match err {
         kube::Error::Api(status) if status.code == 403 => format!(
-            "{err} (forbidden: the replica's account needs get, create and update on leases in \
-             the namespace {namespace})"
+            "{err} (forbidden: the replica's account needs get, create and update, and list with \
+             sharding, on leases in the namespace {namespace})"
         ),
         kube::Error::Api(status) if status.code == 404 => {
             format!("{err} (not found: does the namespace {namespace} exist?)")
@@ -231,6 +231,29 @@ mod tests {
             Some(Instant::now()),
             "a new series warns at once"
         );
+    }
+
+    #[test]
+    fn forbidden_and_not_found_get_a_hint() {
+        use kube::core::response::Status;
+        let api =
+            |code| kube::Error::Api(Status::failure("boom", "Reason").with_code(code).boxed());
+        let table = [
+            (
+                403,
+                Some("forbidden: the replica's account needs get, create and update"),
+            ),
+            (404, Some("does the namespace ops exist?")),
+            (500, None),
+        ];
+        for (code, hint) in table {
+            let text = describe(&api(code), "ops");
+            assert!(text.contains("boom"), "{text}");
+            match hint {
+                Some(hint) => assert!(text.contains(hint), "{code}: {text}"),
+                None => assert!(!text.contains("namespace ops"), "{code}: {text}"),
+            }
+        }
     }
 
     #[tokio::test(start_paused = true)]
