@@ -134,8 +134,8 @@ pub struct OperatorArgs {
         hide_env_values = true)]
     pub shutdown_timeout: Option<Duration>,
 
-    /// Fail a request (but a watch) not answered in full within this, e.g. 10s [default: 30s,
-    /// with leader election or sharding ¾ of lease duration − renew deadline]
+    /// Fail a request (but a watch) not answered in full within this, e.g. 10s [default: 30s;
+    /// writes with leader election or sharding: ¾ of lease duration − renew deadline]
     #[arg(long, value_name = "DURATION", env = "KOPF_REQUEST_TIMEOUT", value_parser = duration,
         hide_env_values = true)]
     pub request_timeout: Option<Duration>,

@@ -303,10 +303,11 @@ impl OperatorBuilder {
     /// watch, a followed log, exec/attach/port-forward, a proxy): its answer, headers and body,
     /// must arrive in full within it, or the request fails — the operator's writes retry it as
     /// a transient error. Without it, a request on a connection that went half-open would wait
-    /// forever. Default: 30 s; with leader election or sharding, at most three quarters of the
-    /// margin between two leaders (lease duration − renew deadline), and a timeout that is not
-    /// shorter than that margin is refused at start-up. Not applied to a ready-made
-    /// [`client`](Self::client).
+    /// forever. Default: 30 s; with leader election or sharding, writes get at most three
+    /// quarters of the margin between two leaders (lease duration − renew deadline), so that a
+    /// deposed leader's write is given up before another replica takes over, and a timeout
+    /// that is not shorter than that margin is refused at start-up. Not applied to a
+    /// ready-made [`client`](Self::client).
     ///
     /// ```
     /// let builder = kopf_runtime::Operator::builder().request_timeout(std::time::Duration::from_secs(10));

@@ -126,18 +126,25 @@ impl Options {
         (self.leader_election.as_ref()).or(self.sharding.as_ref().map(|s| &s.lease))
     }
 
-    /// The clients' request deadlines: the one given, or 30 s — at most three quarters of the
-    /// margin between two leaders with leader election or sharding, so that a deposed leader's
-    /// write is given up before another replica can take over. The Lease client's requests
-    /// have the renew deadline, which bounds each of the election's attempts anyway.
+    /// The clients' request deadlines: the one given, or 30 s — for writes at most three
+    /// quarters of the margin between two leaders with leader election or sharding, so that a
+    /// deposed leader's write is given up before another replica can take over. The Lease
+    /// client's requests have the renew deadline, which bounds each of the election's attempts
+    /// anyway.
     pub(crate) fn deadlines(&self) -> Deadlines {
         let settings = self.lease_settings();
-        let default = settings.map_or(Self::REQUEST_TIMEOUT, |s| {
-            Self::REQUEST_TIMEOUT.min(s.margin() * 3 / 4)
+        let reads = self.request_timeout.unwrap_or(Self::REQUEST_TIMEOUT);
+        let writes = self.request_timeout.unwrap_or_else(|| {
+            settings.map_or(Self::REQUEST_TIMEOUT, |s| {
+                Self::REQUEST_TIMEOUT.min(s.margin() * 3 / 4)
+            })
         });
-        let requests = self.request_timeout.unwrap_or(default);
-        let lease = settings.map_or(requests, |s| s.renew_deadline);
-        Deadlines { requests, lease }
+        let lease = settings.map_or(writes, |s| s.renew_deadline);
+        Deadlines {
+            reads,
+            writes,
+            lease,
+        }
     }
 
     /// What is wrong with the request timeout, if anything: zero, or not shorter than the
@@ -368,25 +375,29 @@ mod tests {
     fn request_deadlines_default_to_thirty_seconds_or_within_the_margin() {
         let s = Duration::from_secs;
         let alone = Options::default().deadlines();
-        assert_eq!((alone.requests, alone.lease), (s(30), s(30)));
+        assert_eq!(
+            (alone.reads, alone.writes, alone.lease),
+            (s(30), s(30), s(30))
+        );
         let elected = Options {
             leader_election: Some(LeaderElection::new("op", "ns")),
             ..Options::default()
         };
         // client-go's timing: 15 s lease, 10 s renew deadline: ¾ of the 5 s margin.
         let deadlines = elected.deadlines();
-        assert_eq!(deadlines.requests, Duration::from_millis(3750));
-        assert_eq!(deadlines.lease, s(10));
+        assert_eq!(deadlines.writes, Duration::from_millis(3750));
+        assert_eq!((deadlines.reads, deadlines.lease), (s(30), s(10)));
         let long_margin = Options {
             sharding: Some(Sharding::new("g", "ns").lease_duration(s(120))),
             ..Options::default()
         };
-        assert_eq!(long_margin.deadlines().requests, s(30));
+        assert_eq!(long_margin.deadlines().writes, s(30));
         let given = Options {
             request_timeout: Some(s(2)),
             ..elected
         };
-        assert_eq!(given.deadlines().requests, s(2));
+        let deadlines = given.deadlines();
+        assert_eq!((deadlines.reads, deadlines.writes), (s(2), s(2)));
     }
 
     #[test]

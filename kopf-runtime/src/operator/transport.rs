@@ -42,8 +42,10 @@ pub(crate) struct Clients {
 /// How long the clients' requests may take (see [`deadline`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Deadlines {
-    /// Every request of the main client but the long-running ones.
-    pub(crate) requests: Duration,
+    /// The main client's requests that change nothing (but long-running ones).
+    pub(crate) reads: Duration,
+    /// The main client's other requests: what the fence lets through.
+    pub(crate) writes: Duration,
     /// Every request of the Lease client.
     pub(crate) lease: Duration,
 }
@@ -69,14 +71,17 @@ pub(crate) async fn clients(
     let build_error = |err| client_error(&cluster_url, err);
     let lease = kube::client::ClientBuilder::try_from(config.clone())
         .map_err(build_error)?
-        .with_layer(&DeadlineLayer(deadlines.lease))
+        .with_layer(&DeadlineLayer::uniform(deadlines.lease))
         .build();
     // The deadline innermost: it counts from the moment the fence let the request through and
     // the rate limit sent it, so it bounds how long after the fence's check a write is waited
     // for.
     let builder = kube::client::ClientBuilder::try_from(config)
         .map_err(build_error)?
-        .with_layer(&DeadlineLayer(deadlines.requests))
+        .with_layer(&DeadlineLayer {
+            reads: deadlines.reads,
+            writes: deadlines.writes,
+        })
         .with_layer(&RateLimitLayer(limiter.clone()));
     let client = match fence {
         Some(fence) => builder.with_layer(&FenceLayer(fence)).build(),

@@ -25,7 +25,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use http::{Request, Response, Uri};
+use http::{Method, Request, Response, Uri};
 use http_body::{Body, Frame, SizeHint};
 use tokio::time::{Instant, Sleep};
 use tower::{BoxError, Layer, Service};
@@ -81,9 +81,23 @@ pub(crate) fn long_running(uri: &Uri) -> bool {
     legacy_watch || streaming
 }
 
-/// The tower layer that gives every request that is not long-running a deadline.
+/// The tower layer that gives every request that is not long-running a deadline: `reads` for
+/// the requests that change nothing (GET, HEAD, OPTIONS), `writes` for all others.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct DeadlineLayer(pub(crate) Duration);
+pub(crate) struct DeadlineLayer {
+    pub(crate) reads: Duration,
+    pub(crate) writes: Duration,
+}
+
+impl DeadlineLayer {
+    /// The same deadline for every request.
+    pub(crate) fn uniform(deadline: Duration) -> Self {
+        Self {
+            reads: deadline,
+            writes: deadline,
+        }
+    }
+}
 
 impl<S> Layer<S> for DeadlineLayer {
     type Service = Deadlined<S>;
@@ -91,7 +105,7 @@ impl<S> Layer<S> for DeadlineLayer {
     fn layer(&self, inner: S) -> Self::Service {
         Deadlined {
             inner,
-            after: self.0,
+            deadlines: *self,
         }
     }
 }
@@ -100,7 +114,7 @@ impl<S> Layer<S> for DeadlineLayer {
 #[derive(Debug, Clone)]
 pub(crate) struct Deadlined<S> {
     inner: S,
-    after: Duration,
+    deadlines: DeadlineLayer,
 }
 
 impl<S, B, RB> Service<Request<B>> for Deadlined<S>
@@ -119,7 +133,12 @@ where
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
-        let after = self.after;
+        let reads = matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
+        let after = if reads {
+            self.deadlines.reads
+        } else {
+            self.deadlines.writes
+        };
         let bounded = !long_running(req.uri());
         let until = Instant::now() + after;
         let answer = self.inner.call(req);

@@ -7,7 +7,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use http::{Request, Response, Uri};
+use http::{Method, Request, Response, Uri};
 use http_body::{Body, Frame};
 use tokio::time::Instant;
 use tower::{BoxError, Layer, Service, ServiceExt};
@@ -70,7 +70,7 @@ fn get(uri: &str) -> Request<()> {
 }
 
 async fn send(server: Server, uri: &str) -> Result<Response<DeadlineBody<Endless>>, BoxError> {
-    DeadlineLayer(DEADLINE)
+    DeadlineLayer::uniform(DEADLINE)
         .layer(server)
         .oneshot(get(uri))
         .await
@@ -183,5 +183,40 @@ fn knows_the_requests_the_api_server_keeps_open() {
         "/api/v1/namespaces/ns/configmaps/proxy",
     ] {
         assert!(!long(uri), "{uri}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn writes_and_reads_have_their_own_deadlines() {
+    let layer = DeadlineLayer {
+        reads: DEADLINE,
+        writes: Duration::from_secs(3),
+    };
+    let server = Server { answer: false };
+    for (method, deadline) in [
+        (Method::PATCH, layer.writes),
+        (Method::POST, layer.writes),
+        (Method::DELETE, layer.writes),
+        (Method::GET, layer.reads),
+    ] {
+        let start = Instant::now();
+        let request = Request::builder()
+            .method(method.clone())
+            .uri(CONFIGMAP)
+            .body(());
+        let sent = layer
+            .layer(server)
+            .oneshot(request.expect("a valid request"));
+        let err = tokio::time::timeout(DEADLINE * 2, sent)
+            .await
+            .expect("the request deadline did not cut it")
+            .unwrap_err();
+        let timed_out = err.downcast_ref::<RequestTimedOut>();
+        assert_eq!(
+            timed_out,
+            Some(&RequestTimedOut { after: deadline }),
+            "{method}"
+        );
+        assert_eq!(start.elapsed(), deadline, "{method}");
     }
 }

@@ -1,0 +1,88 @@
+//! Writes whose connection goes silent, against the real API server through the fault proxy:
+//! the proxy holds every PATCH without an answer and without closing its connection (what a
+//! half-open connection or a stuck load balancer does). The operator's request deadline fails
+//! them, they are retried, and once new requests get through again every finalizer is released
+//! and every deletion completes — while the held requests are never answered.
+
+mod faults_common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use faults_common::*;
+use http::Method;
+use kopf_examples::crd::KopfExample;
+use kopf_runtime::{Data, Stopper, daemon};
+use kopf_tests::proxy::{Fault, Match, Rule};
+use kopf_tests::wait_until;
+
+const DAEMON: &str = "ft-daemon";
+/// The operator's request deadline in these tests.
+const DEADLINE: Duration = Duration::from_secs(2);
+
+#[daemon(id = "ft-daemon")]
+async fn ft_daemon(obj: Arc<KopfExample>, stopper: Stopper, log: Data<InstanceLog>) {
+    let _instance = log.enter(&obj, DAEMON);
+    stopper.stopped().await;
+}
+
+/// The PATCH requests the proxy has seen for the object `name`.
+fn patches_of(proxy: &kopf_tests::proxy::FaultProxy, name: &str) -> u64 {
+    let path = format!("/kopfexamples/{name}");
+    proxy
+        .handle()
+        .log()
+        .iter()
+        .filter(|r| r.method == Method::PATCH)
+        .filter(|r| r.path.split('?').next().is_some_and(|p| p.ends_with(&path)))
+        .count() as u64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_finalizer_patches_time_out_are_retried_and_land_once_the_path_is_back()
+-> anyhow::Result<()> {
+    let (ns, api) = example_namespace().await?;
+    let proxy = start_proxy().await?;
+    let log = InstanceLog::default();
+    // Two write slots: without a deadline, two held patches would stall every write.
+    let op = operator_via(&proxy, &ns, &[DAEMON], &log)?
+        .request_timeout(DEADLINE)
+        .max_writes_in_flight(2)
+        .start()
+        .await?;
+    let names = create_many(&api, "stalled", 3).await?;
+    for name in &names {
+        log.wait_started(name, DAEMON, 1).await;
+    }
+    wait_finalized(&api, &names).await;
+    let before: Vec<u64> = names.iter().map(|n| patches_of(&proxy, n)).collect();
+
+    // Every PATCH is held from now on, never answered, its connection left open.
+    let held = proxy
+        .handle()
+        .inject(Rule::new(Match::method(Method::PATCH), Fault::Stall));
+    delete_all(&api, &names).await?;
+    // Each object's finalizer removal is sent, times out, and is sent again.
+    let what = "every object's finalizer removal sent at least twice while held";
+    wait_until(what, DEADLINE * 3 + PROMPTLY, || async {
+        (names.iter().zip(&before)).all(|(name, before)| patches_of(&proxy, name) >= before + 2)
+    })
+    .await;
+    // Nothing got through meanwhile: the objects still wait for their finalizer.
+    for name in &names {
+        assert!(api.get_opt(name).await?.is_some(), "{name} went while held");
+    }
+
+    // The path is back for new requests; the held ones stay held (never answered).
+    proxy.handle().remove(held);
+    let back = Instant::now();
+    assert_gone(&api, &names).await;
+    let took = back.elapsed();
+    eprintln!("every deletion completed {took:?} after the path was back");
+    assert_baseline(&op).await;
+    assert_eq!(log.running(), 0, "daemons still running");
+    assert_no_overlap(&log);
+    op.shutdown().await;
+    proxy.stop().await;
+    ns.cleanup().await
+}
