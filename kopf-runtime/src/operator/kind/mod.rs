@@ -252,10 +252,10 @@ impl KindState {
     }
 
     /// A version of an object that cannot be used: its body does not decode (e.g. JSON nested
-    /// deeper than the decoder's limit). Reported (log and a Warning Event naming the object,
-    /// never its body); its handlers keep the last usable version; a deleting version stops them
-    /// and releases the finalizer (deleting versions never reach a handler's filters). Every
-    /// other object is served as usual. Returns its UID.
+    /// deeper than the decoder's limit). Reported (log, and a Warning Event naming the object,
+    /// never its body, from the replica serving it); its handlers keep the last usable version;
+    /// a deleting version stops them and releases the finalizer (deleting versions never reach
+    /// a handler's filters). Every other object is served as usual. Returns its UID.
     fn unreadable(self: &Arc<Self>, obj: &Watched, reason: &str) -> Option<Arc<str>> {
         let body = obj.metadata_body();
         let view = FinalizerView::from_body(&body);
@@ -311,8 +311,6 @@ impl KindState {
     fn effect(self: &Arc<Self>, effect: Effect) {
         match effects::plan(&self.info, effect) {
             Plan::Queue(uid, job) => self.enqueue(uid, job),
-            // The replica serving the object reports (a standby evaluates filters too).
-            Plan::Warn { ref object, .. } if !self.covers(&object.uid) => {}
             Plan::Warn {
                 object,
                 reason,
@@ -323,6 +321,9 @@ impl KindState {
         }
     }
 
+    /// Posts one of the operator's own Warnings about `object`, only from the replica serving
+    /// it: a standby and the other members of a sharded group see the same objects (and the
+    /// same failures to read them, or to evaluate filters) and stay silent.
     fn warn_event(
         &self,
         object: &ObjectRef,
@@ -330,6 +331,11 @@ impl KindState {
         action: &'static str,
         note: WarningNote,
     ) {
+        if !self.covers(&object.uid) {
+            debug!(resource = %self.info, object = %object, reason,
+                "not posting a Warning about an object this replica does not serve");
+            return;
+        }
         let regarding = reference(&self.info, object);
         let events = self.events.clone();
         self.queues
