@@ -12,11 +12,13 @@ use std::time::{Duration, Instant};
 use faults_common::*;
 use http::Method;
 use kopf_examples::crd::KopfExample;
-use kopf_runtime::{Data, Stopper, daemon};
+use kopf_runtime::{Data, Stopper, daemon, timer};
 use kopf_tests::proxy::{Fault, Match, Rule};
 use kopf_tests::wait_until;
+use kube::ResourceExt as _;
 
 const DAEMON: &str = "ft-daemon";
+const TIMER: &str = "ft-timer";
 /// The operator's request deadline in these tests.
 const DEADLINE: Duration = Duration::from_secs(2);
 
@@ -24,6 +26,23 @@ const DEADLINE: Duration = Duration::from_secs(2);
 async fn ft_daemon(obj: Arc<KopfExample>, stopper: Stopper, log: Data<InstanceLog>) {
     let _instance = log.enter(&obj, DAEMON);
     stopper.stopped().await;
+}
+
+/// Returns how many times it ran for its object: its result, stored in the status.
+#[timer(id = "ft-timer", interval = "1s")]
+async fn ft_timer(obj: Arc<KopfExample>, log: Data<InstanceLog>) -> Result<usize, std::io::Error> {
+    let _instance = log.enter(&obj, TIMER);
+    log.fire(&obj);
+    Ok(log.fires(&obj.name_any()))
+}
+
+/// The result the timer last stored for `name`, if any.
+async fn stored(api: &kube::Api<KopfExample>, name: &str) -> anyhow::Result<Option<u64>> {
+    let Some(obj) = api.get_opt(name).await? else {
+        return Ok(None);
+    };
+    let status = serde_json::to_value(obj.status)?;
+    Ok(status.get(TIMER).and_then(serde_json::Value::as_u64))
 }
 
 /// The PATCH requests the proxy has seen for the object `name`.
@@ -82,6 +101,80 @@ async fn stalled_finalizer_patches_time_out_are_retried_and_land_once_the_path_i
     assert_baseline(&op).await;
     assert_eq!(log.running(), 0, "daemons still running");
     assert_no_overlap(&log);
+    op.shutdown().await;
+    proxy.stop().await;
+    ns.cleanup().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_status_patches_time_out_are_retried_and_land_once_the_path_is_back()
+-> anyhow::Result<()> {
+    let (ns, api) = example_namespace().await?;
+    let proxy = start_proxy().await?;
+    let log = InstanceLog::default();
+    let op = operator_via(&proxy, &ns, &[TIMER], &log)?
+        .request_timeout(DEADLINE)
+        .max_writes_in_flight(2)
+        .start()
+        .await?;
+    let names = create_many(&api, "results", 3).await?;
+    let what = "every timer's first result stored";
+    wait_until(what, PROMPTLY, || async {
+        for name in &names {
+            if !matches!(stored(&api, name).await, Ok(Some(_))) {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+
+    // Every status write is held from now on, never answered, its connection left open.
+    let status_writes = Match::method(Method::PATCH).path("/status");
+    let held = proxy
+        .handle()
+        .inject(Rule::new(status_writes.clone(), Fault::Stall));
+    let stalled_from = proxy.handle().count(&status_writes);
+    let mut frozen = Vec::new();
+    for name in &names {
+        frozen.push(stored(&api, name).await?);
+    }
+    // Three objects' results, each held, timed out and sent again: more than two writes per
+    // object (two write slots: without a deadline, the first two would hold them for good).
+    let what = "status writes sent again after their deadline";
+    wait_until(what, DEADLINE * 3 + PROMPTLY, || async {
+        proxy.handle().count(&status_writes) >= stalled_from + 2 * names.len() as u64
+    })
+    .await;
+    // Nothing got through meanwhile (positive control below: the results move once it can).
+    for (name, was) in names.iter().zip(&frozen) {
+        assert_eq!(
+            stored(&api, name).await?,
+            *was,
+            "{name}: written while held"
+        );
+    }
+
+    // The path is back for new requests; the held ones stay held (never answered).
+    proxy.handle().remove(held);
+    let back = Instant::now();
+    let what = "every object's result stored again after the path was back";
+    wait_until(what, PROMPTLY, || async {
+        for (name, was) in names.iter().zip(&frozen) {
+            match stored(&api, name).await {
+                Ok(Some(now)) if Some(now) > *was => {}
+                _ => return false,
+            }
+        }
+        true
+    })
+    .await;
+    eprintln!(
+        "results stored again {:?} after the path was back",
+        back.elapsed()
+    );
+    assert_timers_fire(&log, &names, Duration::from_secs(1), back).await;
+    finish(&op, &api, &log, &names).await?;
     op.shutdown().await;
     proxy.stop().await;
     ns.cleanup().await
