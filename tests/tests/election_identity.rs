@@ -2,17 +2,24 @@
 //! replicas in one process (each its own operator with its own clients): two replicas given the
 //! same identity (leader election and sharding) never lead or serve at once and the second says
 //! why; a Lease that cannot be written (its namespace does not exist) is warned about, rate-
-//! limited, and reported in `/readyz` and `/metrics`, while a working election reports nothing.
+//! limited, and reported in `/readyz` and `/metrics`, while a working election reports nothing;
+//! and so is a Lease the replica's account may not touch (no RBAC for leases).
 
 mod operator_common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::rbac::v1::{Role as RbacRole, RoleBinding};
 use kopf_examples::crd::KopfExample;
 use kopf_runtime::{Data, LeaderElection, Operator, Role, ShardWatch, Sharding, Stopper, daemon};
 use kopf_tests::{TestNamespace, wait_until};
+use kube::api::{Api, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
 use operator_common::*;
+use serde_json::json;
 
 /// Which replica a handler runs in.
 #[derive(Debug, Clone)]
@@ -299,5 +306,111 @@ async fn a_lease_that_cannot_be_written_is_warned_about_and_reported() -> anyhow
     );
     broken.shutdown().await;
     working.shutdown().await;
+    Ok(())
+}
+
+/// A client configuration for a ServiceAccount of `ns` that may run the operator on the
+/// examples there, but may not touch leases.
+async fn without_lease_rbac(ns: &TestNamespace) -> anyhow::Result<kube::Config> {
+    let admin = client().await;
+    let name = "no-leases";
+    let pp = PostParams::default();
+    let account: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": name}}))?;
+    Api::<ServiceAccount>::namespaced(admin.clone(), ns.name())
+        .create(&pp, &account)
+        .await?;
+    let role: RbacRole = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "rules": [
+            {"apiGroups": ["kopf.dev"], "resources": ["kopfexamples"],
+             "verbs": ["get", "list", "watch", "patch"]},
+            {"apiGroups": ["kopf.dev"], "resources": ["kopfexamples/status"], "verbs": ["patch"]},
+            {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+        ],
+    }))?;
+    Api::<RbacRole>::namespaced(admin.clone(), ns.name())
+        .create(&pp, &role)
+        .await?;
+    let binding: RoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns.name()}],
+    }))?;
+    Api::<RoleBinding>::namespaced(admin.clone(), ns.name())
+        .create(&pp, &binding)
+        .await?;
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            expiration_seconds: Some(3600),
+            ..TokenRequestSpec::default()
+        }),
+        ..TokenRequest::default()
+    };
+    let token = Api::<ServiceAccount>::namespaced(admin, ns.name())
+        .create_token_request(name, &pp, &request)
+        .await?
+        .status
+        .map(|s| s.token)
+        .unwrap_or_default();
+    let path = std::env::var("KUBECONFIG")?;
+    let mut yaml: serde_yaml::Value = serde_yaml::from_str(&std::fs::read_to_string(path)?)?;
+    for user in yaml["users"].as_sequence_mut().into_iter().flatten() {
+        user["user"] = serde_yaml::to_value(json!({ "token": token }))?;
+    }
+    let kubeconfig = Kubeconfig::from_yaml(&serde_yaml::to_string(&yaml)?)?;
+    Ok(kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?)
+}
+
+#[tokio::test]
+async fn a_lease_the_account_may_not_touch_is_warned_about_and_reported() -> anyhow::Result<()> {
+    let logs = Logs::installed();
+    let (ns, _api) = example_namespace().await?;
+    let journal = Journal::default();
+    let config = without_lease_rbac(&ns).await?;
+    let lease = "kopf-tests-forbidden";
+    let op = operator(&ns, &["twin-daemon"])
+        .await?
+        .kube_config(config)
+        .health_addr(([127, 0, 0, 1], 0).into())
+        .data(journal.clone())
+        .data(Replica("a"))
+        .leader_election(elected(lease, ns.name(), "forbidden"))
+        .start()
+        .await?;
+    // The account works for the objects: the replica gets ready (a standby with warm caches).
+    op.ready().await;
+    wait_until("a failed attempt", PROMPTLY, || async {
+        op.stats().leadership.is_some_and(|l| l.lease_errors >= 1)
+    })
+    .await;
+    let error = op.stats().leadership.and_then(|l| l.lease_error);
+    let error = error.unwrap_or_default();
+    assert!(
+        error.contains("forbidden: the replica's account needs"),
+        "{error}"
+    );
+    let needle = format!("{}/{lease}", ns.name());
+    let warnings: Vec<_> = logs
+        .lines_with("the Lease cannot be read or written")
+        .into_iter()
+        .filter(|l| l.contains(&needle))
+        .collect();
+    assert!(
+        warnings
+            .iter()
+            .any(|l| l.contains("WARN") && l.contains("forbidden")),
+        "{warnings:?}"
+    );
+    let ready = scrape(&op, "/readyz").await;
+    assert!(
+        ready.contains(&format!("lease {needle}: cannot be read")),
+        "{ready}"
+    );
+    let metrics = scrape(&op, "/metrics").await;
+    assert!(metrics.contains("\nkopf_lease_failing 1\n"), "{metrics}");
+    // It never leads. (The positive control, a replica whose election works, is in the test
+    // above.)
+    assert_eq!(role(&op), Some(Role::Standby));
+    op.shutdown().await;
     Ok(())
 }
