@@ -177,17 +177,20 @@ async fn a_clone_made_with_the_originals_annotations_is_created() -> anyhow::Res
     Ok(())
 }
 
-/// An operator named `name` with the annotation prefix `prefix`, on `ns`, with the create and
-/// update handlers, writing to `journal`.
+/// An operator named `name` with the annotation prefix `prefix` (and the finalizer
+/// `finalizer`, if given), on `ns`, with the create and update handlers, writing to `journal`.
 async fn named(
     ns: &TestNamespace,
-    name: &str,
-    prefix: &str,
+    (name, prefix, finalizer): (&str, &str, Option<&str>),
     journal: &Journal,
 ) -> anyhow::Result<Operator> {
     init_test_logging();
     let registry = Registry::from_inventory()?.select(&["trust-create", "trust-update"])?;
-    Ok(Operator::builder()
+    let mut builder = Operator::builder();
+    if let Some(finalizer) = finalizer {
+        builder = builder.finalizer(finalizer);
+    }
+    Ok(builder
         .name(name)
         .annotation_prefix(prefix)
         .kube_config(test_config().await?)
@@ -204,8 +207,8 @@ async fn two_operators_with_other_prefixes_on_one_kind_do_not_trigger_each_other
 -> anyhow::Result<()> {
     let (ns, api) = example_namespace().await?;
     let (a, b) = (Journal::default(), Journal::default());
-    let first = named(&ns, "trust-a", "a.example.com/", &a).await?;
-    let second = named(&ns, "trust-b", "b.example.com/", &b).await?;
+    let first = named(&ns, ("trust-a", "a.example.com/", None), &a).await?;
+    let second = named(&ns, ("trust-b", "b.example.com/", None), &b).await?;
     create(&api, "shared", "one").await?;
     a.wait_for("shared", "created", 1).await;
     b.wait_for("shared", "created", 1).await;
@@ -217,6 +220,42 @@ async fn two_operators_with_other_prefixes_on_one_kind_do_not_trigger_each_other
     for (op, journal) in [("a", &a), ("b", &b)] {
         let events = journal.of("shared");
         assert_eq!(events, ["created", "updated"], "operator {op}");
+    }
+    first.shutdown().await;
+    second.shutdown().await;
+    ns.cleanup().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn two_operators_with_custom_finalizers_keep_their_own_state() -> anyhow::Result<()> {
+    let (ns, api) = example_namespace().await?;
+    let (a, b) = (Journal::default(), Journal::default());
+    let one = ("trust-c", "kopf.dev/", Some("a.example.com/finalizer"));
+    let first = named(&ns, one, &a).await?;
+    create(&api, "shared", "one").await?;
+    a.wait_for("shared", "created", 1).await;
+    let stored = "the first operator's diff base";
+    kopf_tests::wait_until(stored, PROMPTLY, || async {
+        let obj = api.get_opt("shared").await.ok().flatten();
+        let annotations = obj.and_then(|o| o.metadata.annotations).unwrap_or_default();
+        annotations.keys().any(|key| key.ends_with(".last-handled"))
+    })
+    .await;
+    // The second one comes later: the first one's state must not pass for its own.
+    let two = ("trust-d", "kopf.dev/", Some("b.example.com/finalizer"));
+    let second = named(&ns, two, &b).await?;
+    b.wait_for("shared", "created", 1).await;
+    set_field(&api, "shared", "two").await?;
+    a.wait_for("shared", "updated", 1).await;
+    b.wait_for("shared", "updated", 1).await;
+    tokio::time::sleep(QUIET).await;
+    for (op, journal) in [("c", &a), ("d", &b)] {
+        assert_eq!(
+            journal.of("shared"),
+            ["created", "updated"],
+            "operator {op}"
+        );
     }
     first.shutdown().await;
     second.shutdown().await;
