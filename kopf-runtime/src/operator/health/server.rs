@@ -384,7 +384,7 @@ mod tests {
         let limits = ProbeLimits::DEFAULT;
         let (addr, stop) = start(limits).await;
         let mut idle = Vec::new();
-        for _ in 0..4 * limits.max_connections {
+        for _ in 0..2 * limits.max_connections {
             idle.push(TcpStream::connect(addr).await.expect("connects"));
         }
         // The slowloris goes on while the probes come.
