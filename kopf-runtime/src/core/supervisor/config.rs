@@ -32,7 +32,9 @@ pub struct SupervisorConfig {
     /// The framework's finalizer name; not part of the essence that `idle` timers watch.
     pub finalizer: Cow<'static, str>,
     /// The framework's annotation prefix; such annotations are not part of the essence that
-    /// `idle` timers watch (empty: every annotation is).
+    /// `idle` timers watch. Any operator's bookkeeping annotations (`….progress`,
+    /// `….last-handled`, `….cron`, under any prefix) and kubectl's last-applied are never part
+    /// of it, whatever this prefix is.
     pub annotation_prefix: Cow<'static, str>,
     /// Whether a daemon that holds the finalizer starts only once an observed version of its
     /// object carries [`finalizer`](Self::finalizer) (default `false`; the operator sets it):
