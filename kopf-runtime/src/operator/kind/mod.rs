@@ -15,6 +15,9 @@ pub(crate) mod effects;
 pub(crate) mod queue;
 pub(crate) mod watch;
 
+#[cfg(test)]
+mod tests;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
