@@ -11,6 +11,12 @@
 //!  leader, graceful exit: handlers stopped (ladders) ──▶ Lease released ──▶ a standby takes it
 //!                                                                         at its next attempt
 //! ```
+//!
+//! "Another replica" includes another process with this replica's identity: each process
+//! writes its own incarnation beside the identity (`lease.rs`), so two processes given one
+//! identity never both lead. What keeps a replica from leading for good (a Lease it cannot read
+//! or write, a twin identity) is warned about and reported in `/readyz` and the metrics
+//! (`alarm.rs`).
 
 pub(crate) mod alarm;
 pub(crate) mod fence;
