@@ -2,7 +2,9 @@
 //! the proxy holds every PATCH without an answer and without closing its connection (what a
 //! half-open connection or a stuck load balancer does). The operator's request deadline fails
 //! them, they are retried, and once new requests get through again every finalizer is released
-//! and every deletion completes — while the held requests are never answered.
+//! and every deletion completes — while the held requests are never answered. And a held write
+//! delivered late, after another writer changed the object (as a new leader would), is refused
+//! by the API server: the status writes' resourceVersion precondition.
 
 mod faults_common;
 
@@ -174,6 +176,82 @@ async fn stalled_status_patches_time_out_are_retried_and_land_once_the_path_is_b
         back.elapsed()
     );
     assert_timers_fire(&log, &names, Duration::from_secs(1), back).await;
+    finish(&op, &api, &log, &names).await?;
+    op.shutdown().await;
+    proxy.stop().await;
+    ns.cleanup().await
+}
+
+/// The stored result of the timer, written by the test (as a new leader would).
+const MARKER: u64 = 1_000_000;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_write_delivered_late_is_refused_once_another_writer_changed_the_object()
+-> anyhow::Result<()> {
+    let (ns, api) = example_namespace().await?;
+    let proxy = start_proxy().await?;
+    let handle = proxy.handle();
+    let log = InstanceLog::default();
+    let op = operator_via(&proxy, &ns, &[TIMER], &log)?
+        .request_timeout(DEADLINE)
+        .start()
+        .await?;
+    let names = create_many(&api, "late", 1).await?;
+    let name = &names[0];
+    wait_until("the timer's first result stored", PROMPTLY, || async {
+        matches!(stored(&api, name).await, Ok(Some(_)))
+    })
+    .await;
+    let status_writes = Match::method(Method::PATCH).path("/status");
+    let held = handle.inject(Rule::new(status_writes.clone(), Fault::Stall));
+
+    // Holds status writes until the operator gave up on one (it sent another), then lets the
+    // held ones through, late; returns once the API server answered one of them.
+    let deliver_late = || async {
+        let sent = handle.count(&status_writes);
+        wait_until(
+            "a status write given up and sent again",
+            PROMPTLY,
+            || async { handle.count(&status_writes) >= sent + 2 },
+        )
+        .await;
+        // Every write held so far is let through: one of them answered is one the API server
+        // applied or refused before answering.
+        let answered = handle.received(&status_writes).responses;
+        handle.release_stalled();
+        wait_until("a late status write answered", PROMPTLY, || async {
+            handle.received(&status_writes).responses > answered
+        })
+        .await;
+    };
+
+    // Positive control: delivered late, with nothing written in between, it lands.
+    let before = stored(&api, name).await?;
+    deliver_late().await;
+    wait_until("the late write landed", PROMPTLY, || async {
+        matches!(stored(&api, name).await, Ok(now) if now > before)
+    })
+    .await;
+
+    // Another writer changes the object in between: the late write is refused (its
+    // resourceVersion precondition no longer holds).
+    let marker = serde_json::json!({"status": {TIMER: MARKER}});
+    let patch = kube::api::Patch::Merge(&marker);
+    api.patch_status(name, &kube::api::PatchParams::default(), &patch)
+        .await?;
+    deliver_late().await;
+    assert_eq!(
+        stored(&api, name).await?,
+        Some(MARKER),
+        "a late write landed"
+    );
+
+    // The path is back: the operator, still the writer, reads the object and writes anew.
+    handle.remove(held);
+    wait_until("the operator's result stored again", PROMPTLY, || async {
+        matches!(stored(&api, name).await, Ok(Some(now)) if now != MARKER)
+    })
+    .await;
     finish(&op, &api, &log, &names).await?;
     op.shutdown().await;
     proxy.stop().await;
