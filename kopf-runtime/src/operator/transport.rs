@@ -208,4 +208,70 @@ mod tests {
             assert!(refuse_plain_http(&at(url)).is_ok(), "{url}");
         }
     }
+
+    /// Both clients, built against a server that accepts connections and never answers.
+    async fn silent_clients(
+        deadlines: super::Deadlines,
+    ) -> (std::net::TcpListener, super::Clients) {
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("a local port");
+        let url = format!("http://{}", silent.local_addr().expect("its address"));
+        let clients = super::clients(Some(at(&url)), None, None, deadlines)
+            .await
+            .expect("the clients");
+        (silent, clients)
+    }
+
+    async fn get(client: &kube::Client, uri: &str) -> Result<String, kube::Error> {
+        let request = http::Request::get(uri)
+            .body(Vec::new())
+            .expect("a valid request");
+        client.request_text(request).await
+    }
+
+    fn timed_out(result: Result<String, kube::Error>, after: std::time::Duration) -> bool {
+        matches!(result, Err(kube::Error::Service(err))
+            if err.downcast_ref::<super::RequestTimedOut>()
+                == Some(&super::RequestTimedOut { after }))
+    }
+
+    use tokio::time::timeout as bound;
+
+    #[tokio::test(start_paused = true)]
+    async fn both_clients_give_up_on_a_server_that_never_answers_but_not_on_a_watch() {
+        let s = std::time::Duration::from_secs;
+        let deadlines = super::Deadlines {
+            reads: s(30),
+            writes: s(4),
+            lease: s(10),
+        };
+        let (_silent, clients) = silent_clients(deadlines).await;
+        let object = "/api/v1/namespaces/ns/configmaps/cm";
+        let start = tokio::time::Instant::now();
+        let read = bound(s(300), get(&clients.client, object)).await;
+        assert!(timed_out(read.expect("the read not cut"), s(30)));
+        assert_eq!(start.elapsed(), s(30));
+        let start = tokio::time::Instant::now();
+        let patch = http::Request::patch(object).body(b"{}".to_vec());
+        let write = bound(
+            s(300),
+            clients.client.request_text(patch.expect("a valid request")),
+        )
+        .await;
+        assert!(timed_out(write.expect("the write not cut"), s(4)));
+        assert_eq!(start.elapsed(), s(4));
+        let start = tokio::time::Instant::now();
+        let lease = "/apis/coordination.k8s.io/v1/namespaces/ns/leases/op";
+        let renewal = bound(s(300), get(&clients.lease, lease)).await;
+        assert!(timed_out(
+            renewal.expect("the Lease request not cut"),
+            s(10)
+        ));
+        assert_eq!(start.elapsed(), s(10));
+        // A watch waits as long as it takes (here: the test's own bound).
+        let watch = "/api/v1/namespaces/ns/configmaps?watch=true&timeoutSeconds=290";
+        assert!(
+            bound(s(300), get(&clients.client, watch)).await.is_err(),
+            "a watch was cut"
+        );
+    }
 }
