@@ -341,4 +341,19 @@ mod tests {
         assert_eq!(sharding.lease.identity.as_deref(), Some("pod-0"));
         assert!(args.election().is_none());
     }
+
+    #[test]
+    fn request_timeout_reaches_the_options() {
+        let args = parse(&["--request-timeout", "10s"]).unwrap();
+        assert_eq!(args.request_timeout, Some(Duration::from_secs(10)));
+        let builder = crate::Operator::builder().args(&args);
+        assert_eq!(
+            builder.options().request_timeout,
+            Some(Duration::from_secs(10))
+        );
+        // Positive control: without the flag, the builder's own value stays.
+        let given = crate::Operator::builder().request_timeout(Duration::from_secs(3));
+        let kept = given.args(&parse(&[]).unwrap());
+        assert_eq!(kept.options().request_timeout, Some(Duration::from_secs(3)));
+    }
 }
