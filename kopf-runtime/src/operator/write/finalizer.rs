@@ -331,4 +331,24 @@ mod tests {
             None
         );
     }
+
+    #[test]
+    fn every_finalizer_patch_tests_the_uid_first() {
+        // A patch aimed at an object deleted and recreated under the same name (a late one, say,
+        // from a deposed leader) fails its first operation: the new object has another UID.
+        let views = [
+            (view(None, false), true),
+            (view(Some(&["other"]), false), true),
+            (view(Some(&["mine"]), false), false),
+            (view(Some(&["a", "mine"]), true), false),
+        ];
+        for (view, hold) in views {
+            let patch = finalizer_patch("the-uid", &view, "mine", hold).expect("a change");
+            assert_eq!(
+                patch[0],
+                json!({"op": "test", "path": "/metadata/uid", "value": "the-uid"}),
+                "{view:?} hold={hold}"
+            );
+        }
+    }
 }
