@@ -122,6 +122,8 @@ pub(crate) struct Round<'a> {
     pub(crate) expired: &'a BTreeSet<String>,
     /// The ranges in which none of this member's handlers runs or stops any more.
     pub(crate) quiet: &'a RangeSet,
+    /// The ranges no member may claim now (quarantined after a repair, see `repair.rs`).
+    pub(crate) blocked: &'a RangeSet,
     /// Whether the claims must be written even if unchanged: this member's validity is new
     /// (first round, or after a lapse), so its claims count only once a write confirms them.
     pub(crate) confirm: bool,
@@ -154,6 +156,7 @@ pub(crate) fn plan(round: &Round<'_>) -> Plan {
         live,
         expired,
         quiet,
+        blocked,
         confirm,
         claim,
     } = round;
@@ -162,7 +165,7 @@ pub(crate) fn plan(round: &Round<'_>) -> Plan {
     let keep = mine.intersection(&target);
     let release = mine.minus(&target).intersection(quiet);
     let mut free = RangeSet::default();
-    for range in target.minus(&mine).iter().filter(|_| *claim) {
+    for range in target.minus(&mine).minus(blocked).iter().filter(|_| *claim) {
         match claims.owner(range) {
             None => free.insert(range),
             Some(owner) if expired.contains(owner) => free.insert(range),
@@ -315,12 +318,32 @@ mod tests {
                 live: &live,
                 expired: &expired,
                 quiet: &quiet,
+                blocked: &RangeSet::default(),
                 confirm: case.confirm,
                 claim: true,
             });
             assert_eq!(got.write, case.want_write.map(claims), "{}", case.name);
             assert_eq!(got.serve, set(case.want_serve), "{}", case.name);
         }
+    }
+
+    #[test]
+    fn quarantined_ranges_are_not_claimed() {
+        let blocked = set("0-99");
+        let round = Round {
+            me: "a",
+            claims: &Claims::default(),
+            live: &names(&["a"]),
+            expired: &BTreeSet::new(),
+            quiet: &RangeSet::full(),
+            blocked: &blocked,
+            confirm: false,
+            claim: true,
+        };
+        let got = plan(&round);
+        assert_eq!(got.write, Some(claims(&[("a", "100-1023")])));
+        assert_eq!(got.serve, set("100-1023"));
+        assert_eq!(got.waiting, set("0-99"));
     }
 
     #[test]
@@ -353,6 +376,7 @@ mod tests {
                         live: &live,
                         expired: &BTreeSet::new(),
                         quiet: &quiet,
+                        blocked: &RangeSet::default(),
                         confirm: false,
                         claim: true,
                     };

@@ -9,9 +9,10 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
-use kube::api::{Api, ListParams, ObjectMeta, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams, Preconditions};
 
 use super::claims::{CLAIMS_ANNOTATION, Claims};
+use super::repair::{GroupState, QUARANTINE_ANNOTATION, Quarantine};
 use crate::operator::election::lease::{Claimant, Record, claimed, released};
 
 /// The label that marks a member's Lease, with the group's name as its value.
@@ -100,14 +101,12 @@ impl GroupLeases {
         }
     }
 
-    /// The group's Lease (created when missing) and its claims: `Ok(Ok(None))` when another
-    /// member created it at the same moment, `Ok(Err(why))` when its annotation is not valid.
+    /// The group's Lease (created when missing) and what it says (garbage included): `None`
+    /// when another member created it at the same moment.
     ///
     /// # Cancellation safety
     /// Dropping the future may or may not leave the group's Lease created.
-    pub(crate) async fn claims(
-        &self,
-    ) -> Result<Result<Option<(Lease, Claims)>, String>, kube::Error> {
+    pub(crate) async fn claims(&self) -> Result<Option<(Lease, GroupState)>, kube::Error> {
         let group = match self.api.get_opt(&self.group).await? {
             Some(group) => group,
             None => {
@@ -120,38 +119,32 @@ impl GroupLeases {
                 };
                 match self.api.create(&PostParams::default(), &lease).await {
                     Ok(group) => group,
-                    Err(kube::Error::Api(status)) if status.code == 409 => return Ok(Ok(None)),
+                    Err(kube::Error::Api(status)) if status.code == 409 => return Ok(None),
                     Err(err) => return Err(err),
                 }
             }
         };
-        let text = (group.metadata.annotations.as_ref()).and_then(|a| a.get(CLAIMS_ANNOTATION));
-        Ok(Claims::parse(text.map(String::as_str)).map(|claims| Some((group, claims))))
+        let state = GroupState::read(group.metadata.annotations.as_ref());
+        Ok(Some((group, state)))
     }
 
     /// What each member's Lease says, by member: every Lease of the group, and a stand-in for
-    /// each member with claims but no Lease (held, unchanged from when first seen so).
+    /// each `named` member (with claims, or waited for) without a Lease (held, unchanged from
+    /// when first seen so).
     ///
     /// # Cancellation safety
     /// Cancel-safe: it only reads.
     pub(crate) async fn records(
         &self,
-        claims: &Claims,
+        named: impl IntoIterator<Item = &str>,
     ) -> Result<HashMap<String, Record>, kube::Error> {
-        let selector = format!("{GROUP_LABEL}={}", self.group);
-        let list = self
-            .api
-            .list(&ListParams::default().labels(&selector))
-            .await?;
         let mut records = HashMap::new();
-        for lease in &list.items {
-            let member =
-                (lease.metadata.annotations.as_ref()).and_then(|a| a.get(MEMBER_ANNOTATION));
+        for (_, member, record) in self.members().await? {
             if let Some(member) = member {
-                records.insert(member.clone(), Record::of(lease));
+                records.insert(member, record);
             }
         }
-        for member in claims.members() {
+        for member in named {
             records.entry(member.to_owned()).or_insert_with(|| Record {
                 holder: Some(member.to_owned()),
                 duration: self.duration,
@@ -160,6 +153,46 @@ impl GroupLeases {
             });
         }
         Ok(records)
+    }
+
+    /// Every Lease of the group's members: its name, the member it names, what it says.
+    ///
+    /// # Cancellation safety
+    /// Cancel-safe: it only reads.
+    pub(crate) async fn members(
+        &self,
+    ) -> Result<Vec<(String, Option<String>, Record)>, kube::Error> {
+        let selector = format!("{GROUP_LABEL}={}", self.group);
+        let list = self
+            .api
+            .list(&ListParams::default().labels(&selector))
+            .await?;
+        let leases = list.items.iter().map(|lease| {
+            let member =
+                (lease.metadata.annotations.as_ref()).and_then(|a| a.get(MEMBER_ANNOTATION));
+            let name = lease.metadata.name.clone().unwrap_or_default();
+            (name, member.cloned(), Record::of(lease))
+        });
+        Ok(leases.collect())
+    }
+
+    /// Writes the claims and the quarantine (`None`: none) into the group's Lease, guarded by
+    /// the version of `group` as read (409 if another member wrote meanwhile).
+    ///
+    /// # Cancellation safety
+    /// Dropping the future may or may not leave them written.
+    pub(crate) async fn write_group(
+        &self,
+        mut group: Lease,
+        claims: &Claims,
+        quarantine: Option<&Quarantine>,
+    ) -> Result<(), kube::Error> {
+        let annotations = group.metadata.annotations.get_or_insert_with(BTreeMap::new);
+        match quarantine {
+            Some(q) => annotations.insert(QUARANTINE_ANNOTATION.to_owned(), q.render()),
+            None => annotations.remove(QUARANTINE_ANNOTATION),
+        };
+        self.write_claims(group, claims).await
     }
 
     /// Writes the claims into the group's Lease, guarded by the version of `group` as read
@@ -180,8 +213,7 @@ impl GroupLeases {
         Ok(())
     }
 
-    /// Releases this member's Lease as last written (no holder): the others see the member
-    /// gone at their next round.
+    /// Releases this member's Lease as last written (no holder), where it may not delete it.
     ///
     /// # Cancellation safety
     /// Dropping the future may or may not leave the Lease released (it then expires).
@@ -190,6 +222,36 @@ impl GroupLeases {
         self.api
             .replace(&self.own_name, &PostParams::default(), &free)
             .await?;
+        Ok(())
+    }
+
+    /// Deletes this member's Lease as last written (guarded by its version: not if another
+    /// process wrote it since): the others see the member gone at their next round.
+    ///
+    /// # Cancellation safety
+    /// Dropping the future may or may not leave the Lease deleted (it then expires).
+    pub(crate) async fn delete_own(&self, own: &Lease) -> Result<(), kube::Error> {
+        let version = own.metadata.resource_version.clone();
+        self.delete(&self.own_name, version).await
+    }
+
+    /// Deletes the Lease `name` of the group if its version is still `version`.
+    ///
+    /// # Cancellation safety
+    /// Dropping the future may or may not leave the Lease deleted.
+    pub(crate) async fn delete(
+        &self,
+        name: &str,
+        version: Option<String>,
+    ) -> Result<(), kube::Error> {
+        let guard = DeleteParams {
+            preconditions: Some(Preconditions {
+                resource_version: version,
+                uid: None,
+            }),
+            ..DeleteParams::default()
+        };
+        self.api.delete(name, &guard).await?;
         Ok(())
     }
 

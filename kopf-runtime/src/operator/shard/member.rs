@@ -1,6 +1,11 @@
 //! One member of a sharded group: its loop renews its own Lease, reads the group's claims, sees
 //! which members live, and plans (see `claims.rs`); the ranges it may serve go to the resource
-//! kinds through a watch channel.
+//! kinds through a watch channel. Garbage in the group's Lease is repaired (`repair.rs`,
+//! [`upkeep`]), long-expired member Leases collected (`expiry.rs`), and the exit gives up the
+//! claims and deletes the member's Lease ([`exit`]).
+
+mod exit;
+mod upkeep;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,8 +20,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::claims::{Claims, Plan, Round, plan};
+use super::expiry::{self, Collector};
 use super::leases::GroupLeases;
 use super::ranges::{RangeSet, SHARD_RANGES};
+use super::repair::{GroupState, Warned};
 use super::{Membership, ShardWatch, Sharding};
 use crate::core::sync::lock;
 use crate::operator::election::alarm::{LeaseAlarm, describe};
@@ -41,6 +48,8 @@ struct Seen {
     listings: u64,
     /// What the last round left to do: ranges to release once quiet, ranges to wait for.
     pending: Option<(RangeSet, RangeSet)>,
+    /// The garbage in the group's Lease already warned about.
+    warned: Warned,
 }
 
 /// How often a member that hands ranges over checks whether their handlers have stopped.
@@ -64,6 +73,8 @@ pub(crate) struct Member {
     retiring: AtomicBool,
     /// The watch mode the kinds use.
     pub(crate) mode: Arc<OnceLock<ShardWatch>>,
+    /// Deletes the group's member Leases that expired long ago.
+    collector: Collector,
 }
 
 impl std::fmt::Debug for Member {
@@ -98,6 +109,7 @@ impl Member {
             seen: Mutex::new(Seen::default()),
             retiring: AtomicBool::new(false),
             mode: Arc::default(),
+            collector: Collector::default(),
         }
     }
 
@@ -238,10 +250,14 @@ impl Member {
         if !self.renew(started).await? {
             return Ok(());
         }
-        let Some((group, claims)) = self.claims().await? else {
+        let Some((group, state)) = self.leases.claims().await? else {
             return Ok(());
         };
-        let (live, expired) = self.members(&claims).await?;
+        let (live, expired) = self.members(&state).await?;
+        if state.garbage.is_some() {
+            return self.repair(group, &state, &live).await;
+        }
+        let claims = &state.claims;
         let mut serving = self.serving.borrow().clone();
         let held = claims.held_by(&self.identity);
         if !serving.minus(&held).is_empty() {
@@ -257,13 +273,24 @@ impl Member {
         } else {
             RangeSet::full().minus(&serving).minus(&self.busy())
         };
+        if self.lift(&group, &state, &quiet, &expired).await? {
+            return Ok(()); // the next round plans on what was written
+        }
+        let own = self.settings.lease.lease_duration;
+        let valid = || self.fence.allows(Instant::now());
+        let named = state.named();
+        if let Err(err) = self.collector.collect(&self.leases, &named, own, valid).await {
+            debug!(error = %err, "sharding: cannot collect expired member Leases now");
+        }
+        let blocked = state.blocked();
         let claim = lock(&self.seen).listings > 1;
         let round = Round {
             me: &self.identity,
-            claims: &claims,
+            claims,
             live: &live,
             expired: &expired,
             quiet: &quiet,
+            blocked: &blocked,
             confirm,
             claim,
         };
@@ -351,25 +378,13 @@ impl Member {
         }
     }
 
-    /// The group's Lease and its claims (`None`: just created by another member, or
-    /// unreadable).
-    async fn claims(&self) -> Result<Option<(Lease, Claims)>, kube::Error> {
-        match self.leases.claims().await? {
-            Ok(found) => Ok(found),
-            Err(err) => {
-                warn!(lease = %self.settings.lease.name, error = %err,
-                    "sharding: cannot read the group's claims; serving nothing new until fixed");
-                Ok(None)
-            }
-        }
-    }
-
     /// Reads the members' Leases: the live members (sorted) and the expired ones.
     async fn members(
         &self,
-        claims: &Claims,
+        state: &GroupState,
     ) -> Result<(Vec<String>, BTreeSet<String>), kube::Error> {
-        let records = self.leases.records(claims).await?;
+        let records = self.leases.records(state.named()).await?;
+        let own = self.settings.lease.lease_duration;
         let now = Instant::now();
         let mut seen = lock(&self.seen);
         let previous = std::mem::take(&mut seen.leases);
@@ -377,16 +392,14 @@ impl Member {
         let mut expired = BTreeSet::new();
         for (member, record) in records {
             let observed = Observed::update(previous.get(&member).cloned(), record, now);
-            let held = observed.record.holder.is_some();
-            let fresh = now < observed.since + observed.record.duration;
             if member == self.identity {
                 if self.fence.allows(now) {
                     live.push(member.clone());
                 }
-            } else if held && fresh {
+            } else if expiry::live(&observed, own, now) {
                 live.push(member.clone());
             } else {
-                // Released, or unchanged for its duration on this member's clock.
+                // Released, or unchanged for its (trusted) duration on this member's clock.
                 expired.insert(member.clone());
             }
             seen.leases.insert(member, observed);
@@ -438,62 +451,5 @@ impl Member {
     /// member starts the same handlers before the Lease expires.
     pub(crate) fn leave(&self) {
         self.fence.close();
-    }
-
-    /// After the handlers have stopped: gives up this member's claims and its Lease, so that
-    /// the others take its ranges at their next round instead of after the lease duration.
-    ///
-    /// # Cancellation safety
-    /// Dropping the future may leave the claims or the Lease released or not (they expire).
-    pub(crate) async fn release(&self) {
-        let deadline = self.settings.lease.renew_deadline;
-        match tokio::time::timeout(deadline, self.release_claims()).await {
-            Ok(Ok(true)) => {}
-            Ok(Ok(false)) | Err(_) => {
-                warn!(
-                    "sharding: could not release the claims; they pass on when the Lease expires"
-                );
-                return;
-            }
-            Ok(Err(err)) => {
-                warn!(error = %err, "sharding: cannot release the claims; they pass on when the Lease expires");
-                return;
-            }
-        }
-        let Some(own) = lock(&self.seen).own.clone() else {
-            return;
-        };
-        let name = self.leases.own_name();
-        match tokio::time::timeout(deadline, self.leases.release(&own)).await {
-            Ok(Ok(_)) => info!(lease = %name, "sharding: released this member's ranges and Lease"),
-            Ok(Err(err)) => {
-                warn!(error = %err, "sharding: cannot release the Lease; it expires instead")
-            }
-            Err(_) => warn!("sharding: releasing the Lease timed out; it expires instead"),
-        }
-    }
-
-    /// Removes this member's claims (a few tries on conflicts); `Ok(false)` if it could not.
-    async fn release_claims(&self) -> Result<bool, kube::Error> {
-        for _attempt in 0..5 {
-            if !self.fence.allows(Instant::now()) {
-                return Ok(false);
-            }
-            let Some((group, mut claims)) = self.claims().await? else {
-                return Ok(false);
-            };
-            if claims.held_by(&self.identity).is_empty() {
-                return Ok(true);
-            }
-            let mine = claims.held_by(&self.identity);
-            claims.release(&self.identity, &mine);
-            self.serve(RangeSet::default());
-            match self.write_claims(group, &claims).await {
-                Ok(written) => return Ok(written),
-                Err(kube::Error::Api(status)) if status.code == 409 => {}
-                Err(err) => return Err(err),
-            }
-        }
-        Ok(false)
     }
 }

@@ -15,9 +15,11 @@
 //! ```
 
 pub(crate) mod claims;
+pub(crate) mod expiry;
 pub(crate) mod leases;
 pub(crate) mod member;
 pub(crate) mod ranges;
+pub(crate) mod repair;
 pub(crate) mod selector;
 
 use std::time::Duration;
