@@ -15,7 +15,7 @@ use tokio::task::JoinHandle;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 use tokio_util::sync::CancellationToken;
 
-use super::body::{CutBody, Failure, ResponseBody, status_response, watch_gone_response};
+use super::body::{CutBody, Failure, ResponseBody, full, status_response, watch_gone_response};
 use super::rules::{Fault, is_watch};
 use super::traffic::CountingBody;
 use super::{ProxyError, Shared, tls};
@@ -70,7 +70,12 @@ impl Upstream {
         })
     }
 
-    async fn connect(&self) -> Result<(SendRequest<Incoming>, AbortOnDrop), Failure> {
+    async fn connect<B>(&self) -> Result<(SendRequest<B>, AbortOnDrop), Failure>
+    where
+        B: hyper::body::Body + Send + 'static,
+        B::Data: Send,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
         let upstream = &self.address;
         let handshake = async {
             let tcp = TcpStream::connect(upstream).await?;
@@ -175,6 +180,7 @@ impl Conn {
                 self.shared.stalled().await;
                 self.forward(request).await
             }
+            Some(Fault::Hold) => self.hold(request).await,
             Some(Fault::CutWatch { after_events }) => {
                 let response = self.forward(request).await?;
                 Ok(response.map(|body| CutBody::new(body, after_events).boxed()))
@@ -226,6 +232,51 @@ impl Conn {
             parts,
             counted.map_err(Failure::from_error).boxed(),
         ))
+    }
+}
+
+impl Conn {
+    /// [`Fault::Hold`]: reads `request` in full, then keeps it in a task of its own until
+    /// released, and sends it upstream on a connection of its own whether or not its client
+    /// still waits; the answer is read in full there (and counted) too.
+    async fn hold(&self, request: Request<Incoming>) -> Result<Response<ResponseBody>, Failure> {
+        let (mut parts, body) = request.into_parts();
+        let body = body
+            .collect()
+            .await
+            .map_err(Failure::from_error)?
+            .to_bytes();
+        let path = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
+        let key = super::lock(&self.shared.traffic).key(&parts.method, path);
+        strip_hop_by_hop(&mut parts.headers);
+        parts.uri = origin_form(&parts.uri)?;
+        let (shared, upstream) = (Arc::clone(&self.shared), Arc::clone(&self.upstream));
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        let mut release = shared.release.subscribe();
+        release.mark_unchanged();
+        tokio::spawn(async move {
+            tokio::select! {
+                changed = release.changed() => if changed.is_err() { return },
+                () = shared.shutdown.cancelled() => return,
+            }
+            let late = async {
+                let (mut sender, _driver) = upstream.connect().await?;
+                let request = Request::from_parts(parts, http_body_util::Full::new(body));
+                let response = sender
+                    .send_request(request)
+                    .await
+                    .map_err(Failure::from_error)?;
+                let (mut parts, body) = response.into_parts();
+                strip_hop_by_hop(&mut parts.headers);
+                let counted = CountingBody::new(body, Arc::clone(&shared.traffic), key);
+                let bytes = counted.collect().await.map_err(Failure::from_error)?;
+                Ok(Response::from_parts(parts, full(bytes.to_bytes())))
+            };
+            let _client_may_be_gone = answer.send(late.await);
+        });
+        answered
+            .await
+            .unwrap_or_else(|_| Err(Failure("a held request was dropped".to_owned())))
     }
 }
 

@@ -260,7 +260,8 @@ impl ProxyHandle {
         open
     }
 
-    /// Lets every request held by a [`Fault::Stall`] go on (they are forwarded).
+    /// Lets every request held by a [`Fault::Stall`] or a [`Fault::Hold`] go on (they are
+    /// forwarded).
     ///
     /// # Examples
     ///

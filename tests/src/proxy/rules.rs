@@ -172,6 +172,15 @@ pub enum Fault {
     /// [`ProxyHandle::release_stalled`]: super::ProxyHandle::release_stalled
     /// [`ProxyHandle::drop_connections`]: super::ProxyHandle::drop_connections
     Stall,
+    /// Like [`Stall`](Self::Stall), but the request (read in full first) is kept even when its
+    /// client gives up and closes the connection: released, it reaches the API server late, as
+    /// the bytes of a request in a partitioned TCP send buffer would; its answer is counted (see
+    /// [`ProxyHandle::received`]) and reaches the client only if it still waits.
+    /// [`ProxyHandle::drop_connections`] does not drop it.
+    ///
+    /// [`ProxyHandle::received`]: super::ProxyHandle::received
+    /// [`ProxyHandle::drop_connections`]: super::ProxyHandle::drop_connections
+    Hold,
     /// Close the request's connection without an answer.
     Reset,
 }
@@ -284,7 +293,7 @@ impl Fault {
         match self {
             Self::Status { code, .. } => Some(*code),
             Self::WatchGone => Some(200),
-            Self::CutWatch { .. } | Self::Delay(_) | Self::Stall | Self::Reset => None,
+            Self::CutWatch { .. } | Self::Delay(_) | Self::Stall | Self::Hold | Self::Reset => None,
         }
     }
 }
