@@ -203,7 +203,7 @@ async fn a_status_write_delivered_late_is_refused_once_another_writer_changed_th
     })
     .await;
     let status_writes = Match::method(Method::PATCH).path("/status");
-    let held = handle.inject(Rule::new(status_writes.clone(), Fault::Stall));
+    let held = handle.inject(Rule::new(status_writes.clone(), Fault::Hold));
 
     // Holds status writes until the operator gave up on one (it sent another), then lets the
     // held ones through, late; returns once the API server answered one of them.
