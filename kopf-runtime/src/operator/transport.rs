@@ -1,8 +1,9 @@
 //! The operator's own client: built from a kube configuration whose transport security is
 //! checked first (TLS verification on, no credentials sent in clear), with kube's retries off
 //! (the operator's writes retry in one place), the request counter and rate limit in its
-//! stack, where they see every HTTP attempt, and a deadline on every request that is not
-//! long-running ([`deadline`]).
+//! stack, where they see every HTTP attempt, a deadline on every request that is not
+//! long-running ([`deadline`]), and on watches a deadline for their headers and a bound on
+//! their silences ([`watch_deadline`]).
 //!
 //! ```text
 //!  request ──▶ fence ──▶ rate limit ──▶ deadline ──▶ kube's stack (auth, TLS, connection pool)
@@ -13,6 +14,7 @@
 //! speaks HTTP/1.1 only (no HTTP/2 keepalive pings). The deadline is what bounds every wait.
 
 mod deadline;
+mod watch_deadline;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,6 +27,7 @@ use super::limits::{RateLimitLayer, RateLimiter};
 use deadline::DeadlineLayer;
 #[cfg(test)]
 pub(crate) use deadline::RequestTimedOut;
+pub(crate) use watch_deadline::WATCH_GRACE;
 
 /// The clients the operator builds for itself.
 #[derive(Clone)]
@@ -237,7 +240,7 @@ mod tests {
     use tokio::time::timeout as bound;
 
     #[tokio::test(start_paused = true)]
-    async fn both_clients_give_up_on_a_server_that_never_answers_but_not_on_a_watch() {
+    async fn both_clients_give_up_on_a_server_that_never_answers_but_not_on_a_log() {
         let s = std::time::Duration::from_secs;
         let deadlines = super::Deadlines {
             reads: s(30),
@@ -267,11 +270,17 @@ mod tests {
             s(10)
         ));
         assert_eq!(start.elapsed(), s(10));
-        // A watch waits as long as it takes (here: the test's own bound).
-        let watch = "/api/v1/namespaces/ns/configmaps?watch=true&timeoutSeconds=290";
+        // A followed log waits as long as it takes (here: the test's own bound)…
+        let log = "/api/v1/namespaces/ns/pods/p/log?follow=true";
         assert!(
-            bound(s(300), get(&clients.client, watch)).await.is_err(),
-            "a watch was cut"
+            bound(s(300), get(&clients.client, log)).await.is_err(),
+            "a followed log was cut"
         );
+        // …but a watch's answer has the read deadline.
+        let start = tokio::time::Instant::now();
+        let watch = "/api/v1/namespaces/ns/configmaps?watch=true&timeoutSeconds=290";
+        let watched = bound(s(300), get(&clients.client, watch)).await;
+        assert!(timed_out(watched.expect("the watch not cut"), s(30)));
+        assert_eq!(start.elapsed(), s(30));
     }
 }

@@ -5,7 +5,10 @@
 //! forever (and a write holds its write slot while it does).
 //!
 //! ```text
-//!  call ──▶ long-running? ── yes ──▶ forwarded as is (watches end by their own timeoutSeconds)
+//!  call ──▶ a watch? ── yes ──▶ headers by the deadline, then silences bounded (`watch_deadline`)
+//!              │ no
+//!              ▼
+//!         long-running? ── yes ──▶ forwarded as is
 //!              │ no
 //!              ▼
 //!  until = now + deadline ──▶ headers by `until`? ── no ──▶ Err(RequestTimedOut)
@@ -29,6 +32,8 @@ use http::{Method, Request, Response, Uri};
 use http_body::{Body, Frame, SizeHint};
 use tokio::time::{Instant, Sleep};
 use tower::{BoxError, Layer, Service};
+
+use super::watch_deadline::{WatchBound, WatchSilent, watch_bound};
 
 /// The error of a request that got no complete answer within the operator's request deadline
 /// (`OperatorBuilder::request_timeout`); the client returns it as `kube::Error::Service`, and
@@ -139,7 +144,10 @@ where
         } else {
             self.deadlines.writes
         };
-        let bounded = !long_running(req.uri());
+        // A watch's headers have the deadline too, its body a bound on silences (see
+        // `watch_deadline`).
+        let watch = watch_bound(req.uri());
+        let bounded = watch.is_some() || !long_running(req.uri());
         let until = Instant::now() + after;
         let answer = self.inner.call(req);
         Box::pin(async move {
@@ -148,6 +156,7 @@ where
                 return Ok(response.map(|inner| DeadlineBody {
                     inner,
                     timer: None,
+                    idle: false,
                     expired: false,
                 }));
             }
@@ -157,10 +166,18 @@ where
                 response = answer => response.map_err(Into::into)?,
                 () = &mut timer => return Err(Box::new(RequestTimedOut { after }) as BoxError),
             };
-            let timer = Some((timer, after));
+            let timer = match watch {
+                None => Some((timer, after)),
+                Some(WatchBound { idle: None }) => None,
+                Some(WatchBound { idle: Some(idle) }) => {
+                    timer.as_mut().reset(Instant::now() + idle);
+                    Some((timer, idle))
+                }
+            };
             Ok(response.map(|inner| DeadlineBody {
                 inner,
                 timer,
+                idle: watch.is_some(),
                 expired: false,
             }))
         })
@@ -173,6 +190,9 @@ where
 pub(crate) struct DeadlineBody<B> {
     inner: B,
     timer: Option<(Pin<Box<Sleep>>, Duration)>,
+    /// A watch's body: the timer starts again with every frame, and fails it with a
+    /// [`WatchSilent`].
+    idle: bool,
     /// The deadline passed: the body ends (after its error).
     expired: bool,
 }
@@ -194,6 +214,11 @@ where
             return Poll::Ready(None);
         }
         if let Poll::Ready(frame) = Pin::new(&mut this.inner).poll_frame(cx) {
+            if this.idle
+                && let Some((timer, idle)) = this.timer.as_mut()
+            {
+                timer.as_mut().reset(Instant::now() + *idle);
+            }
             return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
         }
         if let Some((timer, after)) = this.timer.as_mut()
@@ -202,7 +227,12 @@ where
             let after = *after;
             this.timer = None;
             this.expired = true;
-            return Poll::Ready(Some(Err(Box::new(RequestTimedOut { after }))));
+            let err: BoxError = if this.idle {
+                Box::new(WatchSilent { after })
+            } else {
+                Box::new(RequestTimedOut { after })
+            };
+            return Poll::Ready(Some(Err(err)));
         }
         Poll::Pending
     }

@@ -1,5 +1,5 @@
 //! The request deadline on paused time: a request (or a body) that never ends fails at its
-//! deadline; a watch is never cut.
+//! deadline; a followed log is never cut.
 
 use std::convert::Infallible;
 use std::future::poll_fn;
@@ -131,24 +131,25 @@ async fn a_body_that_never_ends_fails_at_the_requests_deadline() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_watch_is_never_cut() {
+async fn a_followed_log_is_never_cut() {
+    // (Watches have bounds of their own: see `watch_deadline_tests`.)
     let long = DEADLINE * 20;
-    let watch = "/api/v1/namespaces/ns/configmaps?watch=true&timeoutSeconds=290";
+    let log = "/api/v1/namespaces/ns/pods/p/log?follow=true&timeoutSeconds=290";
     // Its answer may take as long as it takes…
-    let waiting = tokio::time::timeout(long, send(Server { answer: false }, watch)).await;
-    assert!(waiting.is_err(), "a watch request was cut");
-    // …and so may its events.
-    let mut body = send(Server { answer: true }, watch)
+    let waiting = tokio::time::timeout(long, send(Server { answer: false }, log)).await;
+    assert!(waiting.is_err(), "a followed log was cut");
+    // …and so may its lines.
+    let mut body = send(Server { answer: true }, log)
         .await
         .expect("answered")
         .into_body();
     assert!(matches!(next_frame(&mut body).await, Some(Ok(8))));
     let start = Instant::now();
     let reading = tokio::time::timeout(long, next_frame(&mut body)).await;
-    assert!(reading.is_err(), "a watch's stream was cut");
+    assert!(reading.is_err(), "a followed log's stream was cut");
     assert_eq!(start.elapsed(), long);
-    // Positive control: the same list without `watch` is cut.
-    let list = "/api/v1/namespaces/ns/configmaps?timeoutSeconds=290";
+    // Positive control: the same request without `follow` is cut.
+    let list = "/api/v1/namespaces/ns/pods/p/log?timeoutSeconds=290";
     let err = send_bounded(Server { answer: false }, list)
         .await
         .unwrap_err();
