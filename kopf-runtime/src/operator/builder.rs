@@ -318,6 +318,40 @@ impl OperatorBuilder {
         self
     }
 
+    /// How long a watch stream may deliver nothing — no event, no bookmark, not the regular end
+    /// of a watch request — before its connection is taken as dead (a half-open TCP connection,
+    /// a stuck proxy or load balancer) and the watch is restarted from its last resourceVersion
+    /// (relisting if that has expired). The operator asks the API server to end each watch 3 s
+    /// before this (`timeoutSeconds`), so a healthy but quiet watch is never taken as dead,
+    /// bookmarks or not. While a stream is down (failing, or silent for this long) `/readyz`
+    /// fails. Default: 2 minutes; at least 4 s. The silence bound is enforced by the operator's
+    /// own client (not a ready-made [`client`](Self::client), where kube's watcher still cuts a
+    /// silence of this plus 2 s).
+    ///
+    /// ```
+    /// let builder = kopf_runtime::Operator::builder().watch_idle_timeout(std::time::Duration::from_secs(60));
+    /// # drop(builder);
+    /// ```
+    pub fn watch_idle_timeout(mut self, timeout: Duration) -> Self {
+        self.options.watch_limits.idle = timeout;
+        self
+    }
+
+    /// How long a watch stream may stay down (its requests failing, or silent for longer than
+    /// [`watch_idle_timeout`](Self::watch_idle_timeout)) before `/healthz` fails, so that
+    /// Kubernetes restarts an operator whose watch cannot recover. Counted from when it went
+    /// down; it is up again once a restarted watch delivers (an event, a bookmark or its
+    /// regular end). Default: 3 minutes.
+    ///
+    /// ```
+    /// let builder = kopf_runtime::Operator::builder().watch_recovery_timeout(std::time::Duration::from_secs(300));
+    /// # drop(builder);
+    /// ```
+    pub fn watch_recovery_timeout(mut self, timeout: Duration) -> Self {
+        self.options.watch_limits.recovery = timeout;
+        self
+    }
+
     /// Turns on a client-side limit of `rate` requests per second (at least 1), with bursts of
     /// up to twice that, on every request of the operator's own client: lists, watches, reads,
     /// writes, events and the handlers' requests through the injected client.
@@ -580,7 +614,9 @@ impl OperatorBuilder {
                 } else {
                     1
                 };
-                let health = Arc::new(KindHealth::new(info.to_string(), streams));
+                let health = KindHealth::new(info.to_string(), streams)
+                    .with_watch_limits(options.watch_limits);
+                let health = Arc::new(health);
                 (info, handlers, health)
             })
             .collect();

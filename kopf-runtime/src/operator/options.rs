@@ -9,6 +9,7 @@ use kube::Client;
 
 use super::election::LeaderElection;
 use super::error::OperatorError;
+use super::health::pulse::WatchLimits;
 use super::identity::Identity;
 #[cfg(feature = "logging")]
 use super::logging::LogFormat;
@@ -36,6 +37,8 @@ pub(crate) struct Options {
     pub(crate) shutdown_timeout: Duration,
     /// The deadline of every request that is not long-running (`None`: the default).
     pub(crate) request_timeout: Option<Duration>,
+    /// The bounds on the watches' silences and outages.
+    pub(crate) watch_limits: WatchLimits,
     pub(crate) requests_per_second: Option<u32>,
     pub(crate) max_writes_in_flight: usize,
     pub(crate) max_concurrent_handlers: Option<usize>,
@@ -93,6 +96,7 @@ impl Default for Options {
             health_addr: None,
             shutdown_timeout: Self::SHUTDOWN_TIMEOUT,
             request_timeout: None,
+            watch_limits: WatchLimits::default(),
             requests_per_second: None,
             max_writes_in_flight: Self::WRITES_IN_FLIGHT,
             max_concurrent_handlers: None,
@@ -196,6 +200,16 @@ impl Options {
         {
             return invalid("field_manager", "must have 1 to 128 characters");
         }
+        if self.watch_limits.idle < WatchLimits::MIN_IDLE {
+            return invalid(
+                "watch_idle_timeout",
+                "must be at least 4 s (the API server must be asked to end each watch at least \
+                 a second before it, plus a grace of 3 s)",
+            );
+        }
+        if self.watch_limits.recovery.is_zero() {
+            return invalid("watch_recovery_timeout", "must be above zero");
+        }
         if self.namespaces.iter().any(String::is_empty) {
             return invalid("namespaces", "a namespace name is empty");
         }
@@ -292,6 +306,16 @@ mod tests {
             }),
             "invalid operator option `max_writes_in_flight`: must be at least 1"
         );
+        let limits = |idle, recovery| Options {
+            watch_limits: WatchLimits {
+                idle: Duration::from_secs(idle),
+                recovery: Duration::from_secs(recovery),
+            },
+            ..defaults()
+        };
+        assert!(invalid(&limits(3, 60)).contains("`watch_idle_timeout`: must be at least 4 s"));
+        assert!(invalid(&limits(4, 0)).contains("`watch_recovery_timeout`: must be above zero"));
+        assert!(limits(4, 1).validate().is_ok());
         let finalizer = Some("plain".to_owned());
         assert!(
             Options {

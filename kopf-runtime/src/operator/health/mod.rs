@@ -1,14 +1,20 @@
-//! Health: whether the operator's watches are alive and every resource kind has completed its
-//! initial list (or is reported as unavailable). [`server`] serves it as `/healthz` and
+//! Health: whether the operator's watches are alive (no watch task ended, no watch stream down
+//! for longer than its recovery bound: [`pulse`]) and ready (every resource kind has completed
+//! its initial list or is reported as unavailable, and no watch stream is down). [`server`] serves it as `/healthz` and
 //! `/readyz`, with `/metrics`, when the `server` feature is on; without it, a user's own server
 //! asks [`Operator::is_alive`](crate::Operator::is_alive) and
 //! [`Operator::is_ready`](crate::Operator::is_ready).
 
+pub(crate) mod pulse;
 #[cfg(feature = "server")]
 pub(crate) mod server;
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+
+use tokio::time::Instant;
+
+use pulse::{Pulse, WatchLimits};
 
 /// Where the watch of one resource kind is (see [`KindStats`](crate::KindStats)).
 ///
@@ -57,6 +63,10 @@ pub(crate) struct KindHealth {
     restarts: AtomicU64,
     /// Lists after a stream's first one (after an expired or failed watch).
     relists: AtomicU64,
+    /// The bounds its watch streams are judged by.
+    limits: WatchLimits,
+    /// The pulses of its running watch streams.
+    pulses: Mutex<Vec<Weak<Pulse>>>,
 }
 
 impl KindHealth {
@@ -68,7 +78,37 @@ impl KindHealth {
             dead: AtomicBool::new(false),
             restarts: AtomicU64::new(0),
             relists: AtomicU64::new(0),
+            limits: WatchLimits::default(),
+            pulses: Mutex::default(),
         }
+    }
+
+    /// Its watch streams judged by `limits`.
+    pub(crate) fn with_watch_limits(mut self, limits: WatchLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// The bounds its watch streams are judged by.
+    pub(crate) fn watch_limits(&self) -> WatchLimits {
+        self.limits
+    }
+
+    /// The pulse of a watch stream that starts now; it counts while the stream holds it.
+    pub(crate) fn pulse(&self) -> Arc<Pulse> {
+        let pulse = Arc::new(Pulse::new());
+        let mut pulses = self.pulses.lock().unwrap_or_else(PoisonError::into_inner);
+        pulses.retain(|p| p.strong_count() > 0);
+        pulses.push(Arc::downgrade(&pulse));
+        pulse
+    }
+
+    /// Since when one of its watch streams is down at `now`, if one is (the earliest).
+    fn down_since(&self, now: Instant) -> Option<Instant> {
+        let pulses = self.pulses.lock().unwrap_or_else(PoisonError::into_inner);
+        (pulses.iter().filter_map(Weak::upgrade))
+            .filter_map(|p| p.down_since(self.limits.idle, now))
+            .min()
     }
 
     /// A watch stream failed; it restarts after a backoff.
@@ -144,7 +184,8 @@ impl std::fmt::Debug for Health {
 }
 
 impl Health {
-    /// `Ok` if no watch task died, else the names of the dead ones.
+    /// `Ok` if no watch task died and no watch stream has been down for longer than its
+    /// recovery bound, else the names of those kinds.
     pub(crate) fn alive(&self) -> Result<(), String> {
         let dead: Vec<_> = self
             .kinds
@@ -152,16 +193,38 @@ impl Health {
             .filter(|k| k.dead.load(Ordering::Relaxed))
             .map(|k| k.name.as_str())
             .collect();
-        if dead.is_empty() {
+        if !dead.is_empty() {
+            return Err(format!("watch ended: {}", dead.join(", ")));
+        }
+        let now = Instant::now();
+        let stuck: Vec<_> = (self.kinds.iter())
+            .filter(|k| {
+                k.down_since(now)
+                    .is_some_and(|since| now.duration_since(since) > k.limits.recovery)
+            })
+            .map(|k| format!("{} (down for over {:?})", k.name, k.limits.recovery))
+            .collect();
+        if stuck.is_empty() {
             Ok(())
         } else {
-            Err(format!("watch ended: {}", dead.join(", ")))
+            Err(format!("watch not recovered: {}", stuck.join(", ")))
         }
     }
 
     /// `Ok` if every kind is ready, else the names of those that are not.
     pub(crate) fn ready(&self) -> Result<(), String> {
         self.alive()?;
+        let now = Instant::now();
+        let down: Vec<_> = (self.kinds.iter())
+            .filter(|k| k.down_since(now).is_some())
+            .map(|k| k.name.as_str())
+            .collect();
+        if !down.is_empty() {
+            return Err(format!(
+                "watch down (failing or silent), restarting: {}",
+                down.join(", ")
+            ));
+        }
         let waiting: Vec<_> = self
             .kinds
             .iter()
@@ -200,5 +263,67 @@ mod tests {
         b.mark_dead();
         assert_eq!(health.alive(), Err("watch ended: b".into()));
         assert!(health.ready().is_err());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_watch_down_fails_readiness_at_once_and_liveness_after_its_recovery_bound() {
+        let s = std::time::Duration::from_secs;
+        let limits = WatchLimits {
+            idle: s(10),
+            recovery: s(30),
+        };
+        let kind = Arc::new(KindHealth::new("k".into(), 2).with_watch_limits(limits));
+        kind.list_done();
+        kind.list_done();
+        let health = Health {
+            kinds: vec![kind.clone()],
+            detail: None,
+            metrics: None,
+        };
+        let (one, other) = (kind.pulse(), kind.pulse());
+        // Both deliver now and then for far longer than the bounds: alive and ready.
+        for _ in 0..20 {
+            tokio::time::advance(s(9)).await;
+            one.delivered();
+            other.delivered();
+            assert_eq!(health.ready(), Ok(()));
+        }
+        // One goes silent: not ready once silent for longer than `idle`, not alive once down
+        // for longer than `recovery` after that.
+        tokio::time::advance(s(10)).await;
+        other.delivered();
+        assert_eq!(health.ready(), Ok(()));
+        tokio::time::advance(s(1)).await;
+        other.delivered();
+        let ready = health.ready().expect_err("a silent stream is down");
+        assert!(
+            ready.contains("watch down") && ready.contains('k'),
+            "{ready}"
+        );
+        assert_eq!(health.alive(), Ok(()));
+        for step in [9, 9, 9, 2] {
+            tokio::time::advance(s(step)).await;
+            other.delivered();
+        }
+        one.failed();
+        assert_eq!(health.alive(), Ok(()));
+        tokio::time::advance(s(1)).await;
+        other.delivered();
+        let alive = health
+            .alive()
+            .expect_err("down for longer than the recovery bound");
+        assert!(
+            alive.contains("not recovered") && alive.contains("30s"),
+            "{alive}"
+        );
+        // It delivers again: alive and ready at once.
+        one.delivered();
+        assert_eq!(health.alive(), Ok(()));
+        assert_eq!(health.ready(), Ok(()));
+        // A stream that ended (its pulse dropped) no longer counts.
+        one.failed();
+        assert!(health.ready().is_err());
+        drop(one);
+        assert_eq!(health.ready(), Ok(()));
     }
 }

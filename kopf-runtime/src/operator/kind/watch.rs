@@ -19,7 +19,7 @@ use crate::core::resource::ResourceInfo;
 
 use serde_json::Value;
 
-use crate::operator::health::{KindHealth, WatchPhase};
+use crate::operator::health::{KindHealth, WatchPhase, pulse};
 use crate::operator::schema;
 use crate::operator::scope::Scope;
 use crate::operator::shard::ShardWatch;
@@ -80,55 +80,44 @@ pub(crate) async fn serve<O: Observer>(
     };
     schema::warn_if_pruned(&writer.client, &writer.info, &ids).await;
     health.set_phase(WatchPhase::Listing);
-    let mut config = watcher::Config::default();
+    // The API server ends each watch within the idle bound, so a silence longer than that is a
+    // dead connection (see `health::pulse`); bookmarks (on by default) keep the resourceVersion
+    // of a quiet watch fresh.
+    let mut config = watcher::Config::default().timeout(health.watch_limits().server_timeout());
     if let Some(selector) = &selection.label_selector {
         config = config.labels(selector);
     }
-    let apis: Vec<(String, Api<Watched>)> =
-        if writer.info.namespaced && !selection.namespaces.is_empty() {
-            let client = &writer.client;
-            selection
-                .namespaces
-                .iter()
-                .map(|ns| {
-                    (
-                        ns.clone(),
-                        Api::namespaced_with(client.clone(), ns, &*writer.resource),
-                    )
-                })
-                .collect()
-        } else {
-            vec![(
-                String::new(),
-                Api::all_with(writer.client.clone(), &*writer.resource),
-            )]
-        };
-    let namespaces: Vec<String> = apis.iter().map(|(ns, _)| ns.clone()).collect();
-    let streams =
-        |apis: Vec<(String, Api<Watched>)>, known: Vec<Known>, stop: &CancellationToken| {
-            let streams = apis.into_iter().zip(known).map(|((ns, api), known)| {
-                let stream = Stream {
-                    observer: observer.clone(),
-                    resource: writer.info.to_string(),
-                    health: health.clone(),
-                    ns,
-                    stop: stop.clone(),
-                };
-                stream.watch(api, config.clone(), known)
-            });
-            futures::future::join_all(streams)
-        };
+    let namespaces: Vec<String> = if writer.info.namespaced && !selection.namespaces.is_empty() {
+        selection.namespaces.clone()
+    } else {
+        vec![String::new()]
+    };
+    // One stream per namespace, each through a client of its own that reports to its pulse.
+    let streams = |client: &kube::Client, known: Vec<Known>, stop: &CancellationToken| {
+        let streams = namespaces.iter().zip(known).map(|(ns, known)| {
+            let client = pulse::observed(client, health.pulse());
+            let stream = Stream {
+                observer: observer.clone(),
+                resource: writer.info.to_string(),
+                health: health.clone(),
+                ns: ns.clone(),
+                stop: stop.clone(),
+            };
+            stream.watch(shard_api(&client, &writer, ns), config.clone(), known)
+        });
+        futures::future::join_all(streams)
+    };
     let Some(sharded) = sharded else {
-        let known = vec![Known::default(); apis.len()];
-        streams(apis, known, &stop).await;
+        let known = vec![Known::default(); namespaces.len()];
+        streams(&writer.client, known, &stop).await;
         return;
     };
     let mode =
         selector::resolve(sharded.mode, &writer.client, &writer.resource, &writer.info).await;
     let _first = sharded.used.set(mode);
     if mode != ShardWatch::Server {
-        let known = vec![Known::default(); apis.len()];
-        streams(apis, known, &stop).await;
+        let known = vec![Known::default(); namespaces.len()];
+        streams(&writer.client, known, &stop).await;
         return;
     }
     // Server-side: one round of streams per set of ranges, restarted (with a fresh list) when
@@ -148,12 +137,8 @@ pub(crate) async fn serve<O: Observer>(
             k.ranges = Some(ranges.clone());
         }
         current = Some(ranges);
-        let apis = namespaces
-            .iter()
-            .map(|ns| (ns.clone(), shard_api(&client, &writer, ns)))
-            .collect();
         let round = stop.child_token();
-        let mut running = std::pin::pin!(streams(apis, std::mem::take(&mut known), &round));
+        let mut running = std::pin::pin!(streams(&client, std::mem::take(&mut known), &round));
         // The streams go on while the member serves nothing (a lapse) or the same ranges
         // again; only other ranges start a fresh list.
         let moved = other_ranges(&mut scopes, current.as_ref(), &stop);
