@@ -16,6 +16,7 @@ use tokio_rustls::{TlsAcceptor, TlsConnector};
 use tokio_util::sync::CancellationToken;
 
 use super::body::{CutBody, Failure, ResponseBody, full, status_response, watch_gone_response};
+use super::mute::muted;
 use super::rules::{Fault, is_watch};
 use super::traffic::CountingBody;
 use super::{ProxyError, Shared, tls};
@@ -194,6 +195,7 @@ impl Conn {
         let (mut parts, body) = request.into_parts();
         let path = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
         let key = super::lock(&self.shared.traffic).key(&parts.method, path);
+        let request = (parts.method.clone(), path.to_owned());
         strip_hop_by_hop(&mut parts.headers);
         parts.uri = origin_form(&parts.uri)?;
         let upstream_request = Request::from_parts(parts, body);
@@ -227,6 +229,8 @@ impl Conn {
         drop(guard);
         let (mut parts, body) = response.into_parts();
         strip_hop_by_hop(&mut parts.headers);
+        let (method, path) = request;
+        let body = muted(body, &self.shared.mutes, method, path);
         let counted = CountingBody::new(body, Arc::clone(&self.shared.traffic), key);
         Ok(Response::from_parts(
             parts,

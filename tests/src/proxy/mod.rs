@@ -9,7 +9,9 @@
 //! The test commands faults through a [`ProxyHandle`]: [`Rule`]s answer chosen requests with
 //! 429 + `Retry-After`, 409, 422, 500, 503 or 410 (also as a watch `ERROR` event), delay or stall
 //! them, reset their connection, or cut a watch stream in the middle of an event; and
-//! [`ProxyHandle::drop_connections`] closes every open connection at once. The proxy counts the
+//! [`ProxyHandle::drop_connections`] closes every open connection at once; [`ProxyHandle::mute`]
+//! makes chosen responses, streaming ones included, go silent without closing (a half-open
+//! connection, a stuck load balancer). The proxy counts the
 //! requests per method and path so a test can assert that a client did not retry in a storm,
 //! and what the forwarded responses carried ([`ProxyHandle::received`]: bytes, and the lines of
 //! a watch, its events).
@@ -35,6 +37,7 @@
 
 mod body;
 mod forward;
+mod mute;
 mod rules;
 mod stats;
 mod tls;
@@ -102,6 +105,8 @@ pub(crate) struct Shared {
     connections: Mutex<CancellationToken>,
     /// Bumped by `release_stalled`.
     release: watch::Sender<u64>,
+    /// The mutes in place (`ProxyHandle::mute`).
+    mutes: mute::Mutes,
     shutdown: CancellationToken,
     open: AtomicUsize,
     upstream_errors: AtomicUsize,
@@ -277,6 +282,45 @@ impl ProxyHandle {
             .send_modify(|generation| *generation += 1);
     }
 
+    /// Mutes the responses of the requests `matcher` selects (matched against the
+    /// path-and-query, as [`Rule`]s are): from now on, those streaming (a watch) and those to
+    /// come forward nothing more to their client — no bytes, not their end — while their
+    /// connections stay open, as over a half-open TCP connection or through a stuck load
+    /// balancer. Requests still reach the API server and their answers' headers pass. Returns
+    /// an id for [`unmute`](Self::unmute).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn doc(handle: &kopf_tests::proxy::ProxyHandle) {
+    /// use kopf_tests::proxy::Match;
+    /// let silence = handle.mute(Match::watches().path("/kopfexamples"));
+    /// // … the operator's watches of kopfexamples receive nothing now …
+    /// assert!(handle.unmute(silence));
+    /// # }
+    /// # let _ = doc;
+    /// ```
+    pub fn mute(&self, matcher: Match) -> u64 {
+        self.shared.mutes.add(matcher)
+    }
+
+    /// Lifts a mute: what its responses held goes on to the clients still waiting for it.
+    /// `false` if it was already lifted.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn doc(handle: &kopf_tests::proxy::ProxyHandle) {
+    /// let silence = handle.mute(kopf_tests::proxy::Match::watches());
+    /// assert!(handle.unmute(silence));
+    /// assert!(!handle.unmute(silence));
+    /// # }
+    /// # let _ = doc;
+    /// ```
+    pub fn unmute(&self, id: u64) -> bool {
+        self.shared.mutes.remove(id)
+    }
+
     /// How many requests `matcher` selects so far, matched against the path (without the
     /// query; a watch shows as `path?watch=true`).
     ///
@@ -420,6 +464,7 @@ impl FaultProxy {
             traffic: Arc::default(),
             connections: Mutex::new(shutdown.child_token()),
             release: watch::Sender::new(0),
+            mutes: mute::Mutes::default(),
             shutdown,
             open: AtomicUsize::new(0),
             upstream_errors: AtomicUsize::new(0),
