@@ -90,7 +90,7 @@ impl Quarantine {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Garbage {
     pub(crate) why: String,
-    /// Both annotations as read, to warn once per distinct garbage.
+    /// Both annotations as read.
     pub(crate) text: String,
 }
 
@@ -189,22 +189,24 @@ pub(crate) fn lift(
     }))
 }
 
-/// The garbage a member has warned about (the last few distinct texts).
+/// The garbage a member has warned about (the last few, by the version of the group's Lease and
+/// the text: each write of garbage is warned about once, however often it is read).
 #[derive(Debug, Default)]
 pub(crate) struct Warned(VecDeque<String>);
 
 impl Warned {
     const KEPT: usize = 8;
 
-    /// Whether `garbage` is new (then it is remembered).
-    pub(crate) fn first(&mut self, garbage: &Garbage) -> bool {
-        if self.0.contains(&garbage.text) {
+    /// Whether `garbage`, read at `version`, is new (then it is remembered).
+    pub(crate) fn first(&mut self, version: Option<&str>, garbage: &Garbage) -> bool {
+        let key = format!("{}\n{}", version.unwrap_or_default(), garbage.text);
+        if self.0.contains(&key) {
             return false;
         }
         if self.0.len() >= Self::KEPT {
             self.0.pop_front();
         }
-        self.0.push_back(garbage.text.clone());
+        self.0.push_back(key);
         true
     }
 }
@@ -333,14 +335,13 @@ mod tests {
             why: String::new(),
             text: text.to_owned(),
         };
-        assert!(warned.first(&garbage("x")));
-        assert!(!warned.first(&garbage("x")));
-        assert!(warned.first(&garbage("y")));
-        (0..Warned::KEPT).for_each(|i| assert!(warned.first(&garbage(&i.to_string()))));
-        assert!(
-            warned.first(&garbage("x")),
-            "forgotten after {} others",
-            Warned::KEPT
-        );
+        assert!(warned.first(Some("1"), &garbage("x")));
+        assert!(!warned.first(Some("1"), &garbage("x")), "read again");
+        assert!(warned.first(Some("1"), &garbage("y")));
+        assert!(warned.first(Some("2"), &garbage("x")), "written again");
+        for i in 0..Warned::KEPT {
+            assert!(warned.first(Some("3"), &garbage(&i.to_string())));
+        }
+        assert!(warned.first(Some("1"), &garbage("x")), "forgotten");
     }
 }

@@ -21,7 +21,7 @@ impl Member {
         format!("{}/{}", lease.namespace, lease.name)
     }
 
-    /// Garbage in the group's Lease: warns once per distinct garbage, serves nothing, and
+    /// Garbage in the group's Lease: warns once per write of garbage, serves nothing, and
     /// writes the repair (no claims, every range quarantined, waiting for every `live`
     /// member), guarded by the version of the garbage as read.
     pub(super) async fn repair(
@@ -34,7 +34,8 @@ impl Member {
             return Ok(());
         };
         let lease = self.group_lease();
-        if lock(&self.seen).warned.first(garbage) {
+        let version = group.metadata.resource_version.as_deref();
+        if lock(&self.seen).warned.first(version, garbage) {
             warn!(lease = %lease, error = %garbage.why,
                 "sharding: the group's Lease is garbled: this member serves nothing and repairs \
                  it; every range is claimed again once no member runs handlers in it any more");
