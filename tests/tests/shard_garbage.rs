@@ -283,7 +283,10 @@ async fn a_forged_member_lease_with_a_huge_duration_loses_its_ranges() -> anyhow
         })
         .await;
     }
-    eprintln!("the ghost's objects served {:?} after the start", started.elapsed());
+    eprintln!(
+        "the ghost's objects served {:?} after the start",
+        started.elapsed()
+    );
     wait_until("the claims are split", PROMPTLY, || {
         claims_complete(&leases)
     })

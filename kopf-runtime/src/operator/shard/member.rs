@@ -279,7 +279,8 @@ impl Member {
         let own = self.settings.lease.lease_duration;
         let valid = || self.fence.allows(Instant::now());
         let named = state.named();
-        if let Err(err) = self.collector.collect(&self.leases, &named, own, valid).await {
+        let collected = self.collector.collect(&self.leases, &named, own, valid);
+        if let Err(err) = collected.await {
             debug!(error = %err, "sharding: cannot collect expired member Leases now");
         }
         let blocked = state.blocked();
