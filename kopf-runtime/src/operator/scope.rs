@@ -48,7 +48,8 @@ pub(crate) trait Follower: Send + Sync {
     /// ladders, with the reason "operator pausing"), handlers of objects newly in it start, and
     /// their finalizers are brought to what the handlers need.
     fn serve(self: Arc<Self>, scope: Scope);
-    /// The UIDs of the objects whose handlers still run or stop.
+    /// The UIDs of the objects whose handlers still run or stop, or whose outputs are not yet
+    /// written or given up (a shard member releases none of their ranges).
     fn busy_uids(&self) -> Vec<Arc<str>>;
     /// How many objects it serves now.
     fn served(&self) -> usize;

@@ -38,10 +38,13 @@ impl SupervisorCore {
         lock(&self.state)
     }
 
-    /// Sends an effect about `uid` unless the object is gone (then nothing can be done with it).
+    /// Sends an effect about `uid` unless the object is gone (then nothing can be done with it);
+    /// an output counts from now on (see `outputs.rs`).
     pub(crate) fn emit(&self, uid: &str, effect: Effect) {
-        let state = self.lock();
-        if state.objects.get(uid).is_some_and(|o| !o.gone) {
+        let mut state = self.lock();
+        let live = state.objects.get_key_value(uid).filter(|(_, o)| !o.gone);
+        if let Some(key) = live.map(|(key, _)| Arc::clone(key)) {
+            state.outputs.sent(&key, &effect);
             let _ = self.effects.send(effect);
         }
     }

@@ -25,6 +25,7 @@ mod invoke;
 mod ladder;
 mod lifecycle;
 pub(crate) mod meter;
+mod outputs;
 mod policy;
 mod report;
 mod runner;
@@ -398,7 +399,7 @@ impl Supervisor {
     }
 
     /// The UIDs of the objects that have an instance running or stopping, or an abandoned
-    /// thread not yet returned.
+    /// thread not yet returned (and, in the operator, an output not yet written).
     ///
     /// ```
     /// # use kopf_runtime::engine::*;
@@ -408,12 +409,17 @@ impl Supervisor {
     #[must_use]
     pub fn busy_uids(&self) -> Vec<Arc<str>> {
         let state = self.inner().lock();
-        state
-            .objects
-            .iter()
+        let mut busy: Vec<Arc<str>> = (state.objects.iter())
             .filter(|(_, e)| e.is_busy())
             .map(|(uid, _)| Arc::clone(uid))
-            .collect()
+            .collect();
+        let writing = state.outputs.uids();
+        busy.extend(
+            writing
+                .filter(|uid| !state.objects.get(*uid).is_some_and(|e| e.is_busy()))
+                .cloned(),
+        );
+        busy
     }
 
     /// Reads the counters and instances (`None`: the supervisor was made without counters).

@@ -92,6 +92,8 @@ pub(crate) struct State {
     pub(crate) timers_abandoned: u64,
     /// Recently gone UIDs, so that a late event cannot bring an object back to life.
     pub(crate) tombstones: Tombstones,
+    /// Outputs sent and not yet written or given up, if tracked (see `outputs.rs`).
+    pub(crate) outputs: super::outputs::PendingOutputs,
 }
 
 impl State {
@@ -104,6 +106,7 @@ impl State {
             daemons_abandoned: 0,
             timers_abandoned: 0,
             tombstones: Tombstones::default(),
+            outputs: super::outputs::PendingOutputs::default(),
         }
     }
 

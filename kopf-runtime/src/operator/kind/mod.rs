@@ -12,23 +12,27 @@
 //! ```
 
 pub(crate) mod effects;
+mod outputs;
 pub(crate) mod queue;
 pub(crate) mod watch;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_handover;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use kube::Client;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use tokio::sync::Semaphore;
 use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, warn};
 
 use self::effects::Plan;
+use self::outputs::Retained;
 use self::queue::{Job, Queues, RunJob};
 use self::watch::{Observer, Selection, Sharded};
 use crate::core::clearance::Clearance;
@@ -190,6 +194,8 @@ pub(crate) struct KindState {
     foreign_seen: AtomicBool,
     /// What this replica serves of the kind (the watch follows it in server-side sharding).
     scope: tokio::sync::watch::Sender<Scope>,
+    /// The objects out of scope whose outputs are still written (see `outputs.rs`).
+    retained: Retained,
 }
 
 impl KindState {
@@ -212,6 +218,7 @@ impl KindState {
             Scope::All
         };
         finalizers.set_scope(scope.clone());
+        supervisor.track_outputs(); // busy until written: a shard range waits for them
         Self {
             queues: Arc::new(Queues::new(info.clone())),
             info,
@@ -222,6 +229,7 @@ impl KindState {
             events: shared.poster.clone(),
             foreign_seen: AtomicBool::new(false),
             scope: tokio::sync::watch::Sender::new(scope),
+            retained: Retained::new(shared),
         }
     }
 
@@ -312,6 +320,10 @@ impl KindState {
 
     /// Handles one effect from the supervisor (see [`effects`]).
     fn effect(self: &Arc<Self>, effect: Effect) {
+        let output = match &effect {
+            Effect::Output { object, .. } => Some(object.uid.clone()),
+            _ => None,
+        };
         match effects::plan(&self.info, effect) {
             Plan::Queue(uid, job) => self.enqueue(uid, job),
             Plan::Warn {
@@ -320,7 +332,11 @@ impl KindState {
                 action,
                 note,
             } => self.warn_event(&object, reason, action, note),
-            Plan::Nothing => {}
+            Plan::Nothing => {
+                if let Some(uid) = output {
+                    self.supervisor.outputs_settled(&uid, 1); // nothing to write
+                }
+            }
         }
     }
 
@@ -357,34 +373,6 @@ impl KindState {
             for uid in self.finalizers.due() {
                 debug!(resource = %self.info, uid = %uid, "trying a finalizer update again");
                 self.enqueue(uid, Job::Sync);
-            }
-        }
-    }
-
-    /// Stores handlers' outputs (results and patches) merged into one merge patch.
-    async fn output(
-        &self,
-        object: &ObjectRef,
-        handler: &'static str,
-        patch: Map<String, Value>,
-        outputs: u32,
-    ) {
-        if self.records.get(&object.uid).is_none_or(|r| r.gone) {
-            debug!(object = %object, handler, "the object is gone; output dropped");
-            return;
-        }
-        if !self.covers(&object.uid) {
-            debug!(object = %object, handler, "this replica no longer serves the object; output dropped");
-            return;
-        }
-        match self.sink.apply_now(object, Value::Object(patch)).await {
-            Ok(()) => debug!(object = %object, handler, outputs, "stored the handlers' output"),
-            Err(err) if err.gone => {
-                debug!(object = %object, handler, "the object is gone; output dropped")
-            }
-            Err(err) => {
-                error!(object = %object, uid = %object.uid, handler, outputs, error = %err.message,
-                "cannot store the handlers' output")
             }
         }
     }
@@ -427,8 +415,12 @@ impl Observer for KindState {
 impl Follower for KindState {
     /// Handlers of objects newly in scope start as after a start-up, and every served object's
     /// finalizer is brought to what its handlers need; handlers out of scope stop (through
-    /// their stop ladders, with the reason "operator pausing"); nothing is written for them.
+    /// their stop ladders, with the reason "operator pausing"); nothing is written for them
+    /// but the outputs of a shard member's objects that leave its scope (see `outputs.rs`).
     fn serve(self: Arc<Self>, scope: Scope) {
+        let (known, busy) = (self.records.uids(), self.supervisor.busy_uids());
+        self.retained
+            .follow(&self.scope.borrow(), &scope, &known, &busy);
         self.finalizers.set_scope(scope.clone());
         if matches!(scope, Scope::Nothing) {
             self.supervisor.pause();
@@ -436,7 +428,7 @@ impl Follower for KindState {
             self.supervisor.set_scope(scope.in_scope());
             self.supervisor.resume();
         }
-        for uid in self.records.uids() {
+        for uid in known {
             if scope.covers(&uid) {
                 self.enqueue(uid, Job::Sync);
             }

@@ -1,0 +1,132 @@
+//! Handler outputs (results, patches, a cron run's record) on their way to the API server, and
+//! what a shard member does with those of the ranges it hands over.
+//!
+//! An output is written while this replica serves its object. A shard member that stops
+//! serving a range still holds it until it releases it in the group's claims, and it releases
+//! it only once the range is quiet: no instance running or stopping, and no output sent and
+//! not yet written or given up (the supervisor counts outputs from the moment they are sent,
+//! see `core::supervisor::outputs`; each job settles its count when it ends). So the outputs of
+//! objects it stopped serving are still written, and the next member reads them (a cron run's
+//! record included: it does not run that occurrence again). Its writes stay fenced by its
+//! validity: after a lapse (its scope goes to nothing, its fence closes) such outputs are given
+//! up, as with leader election, where the whole scope goes at once with the fence.
+//!
+//! ```text
+//!  scope narrows ──▶ retained: the objects of the old scope that left it
+//!  output job ──▶ served? ──yes──▶ write
+//!                    └─no──▶ retained (sharding, still valid)? ──yes──▶ write
+//!                                                 └─no──▶ given up (logged)
+//!  job ends ──▶ settled: the object stops counting as busy ──▶ its range may be released
+//! ```
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Map, Value};
+use tracing::{debug, error, warn};
+
+use super::{KindState, Shared};
+use crate::core::clearance::Clearance;
+use crate::core::object::ObjectRef;
+use crate::core::sync::lock;
+use crate::operator::scope::Scope;
+
+/// The objects a shard member stopped serving but whose outputs it still writes.
+#[derive(Debug)]
+pub(crate) struct Retained {
+    /// Only a shard member keeps any (leader election hands everything over at once).
+    sharded: bool,
+    /// The member's validity: nothing is retained once it lapsed.
+    clearance: Option<Clearance>,
+    uids: Mutex<HashSet<Arc<str>>>,
+}
+
+impl Retained {
+    pub(crate) fn new(shared: &Shared) -> Self {
+        Self {
+            sharded: shared.sharding.is_some(),
+            clearance: shared.clearance.clone(),
+            uids: Mutex::default(),
+        }
+    }
+
+    /// The scope goes from `old` to `new`. `known`: the objects seen (and those still busy);
+    /// `busy`: the objects with an instance or an output under way. Retained from now on: the
+    /// objects that leave the scope now, and those retained before that are still busy
+    /// (an object that is not busy has no output to come: nothing starts out of scope). None
+    /// when the scope goes to nothing or the member's validity lapsed.
+    pub(crate) fn follow(&self, old: &Scope, new: &Scope, known: &[Arc<str>], busy: &[Arc<str>]) {
+        let mut uids = lock(&self.uids);
+        let valid = self.clearance.as_ref().is_some_and(Clearance::is_clear);
+        if !self.sharded || matches!(new, Scope::Nothing) || !valid {
+            uids.clear();
+            return;
+        }
+        let busy: HashSet<&Arc<str>> = busy.iter().collect();
+        uids.retain(|uid| !new.covers(uid) && busy.contains(uid));
+        let leaving = known.iter().chain(busy.iter().copied());
+        uids.extend(
+            leaving
+                .filter(|uid| old.covers(uid) && !new.covers(uid))
+                .cloned(),
+        );
+    }
+
+    /// Whether the outputs of `uid` are written though it is out of scope.
+    pub(crate) fn holds(&self, uid: &str) -> bool {
+        lock(&self.uids).contains(uid)
+    }
+}
+
+impl KindState {
+    /// Stores handlers' outputs (results and patches) merged into one merge patch, then
+    /// settles them (the object no longer counts as busy for them).
+    pub(super) async fn output(
+        &self,
+        object: &ObjectRef,
+        handler: &'static str,
+        patch: Map<String, Value>,
+        outputs: u32,
+    ) {
+        self.write_output(object, handler, patch, outputs).await;
+        self.supervisor.outputs_settled(&object.uid, outputs);
+    }
+
+    async fn write_output(
+        &self,
+        object: &ObjectRef,
+        handler: &'static str,
+        patch: Map<String, Value>,
+        outputs: u32,
+    ) {
+        let retained = !self.covers(&object.uid) && self.retained.holds(&object.uid);
+        // A retained object's record may be gone with its range (server-side sharding): the
+        // write finds out whether the object itself is.
+        if !retained && self.records.get(&object.uid).is_none_or(|r| r.gone) {
+            debug!(object = %object, handler, "the object is gone; output dropped");
+            return;
+        }
+        if !retained && !self.covers(&object.uid) {
+            if self.retained.sharded {
+                warn!(object = %object, uid = %object.uid, handler, outputs,
+                    "sharding: this member no longer holds the object's range (its Lease lapsed); \
+                     the handlers' output is given up");
+            } else {
+                debug!(object = %object, handler, "this replica no longer serves the object; output dropped");
+            }
+            return;
+        }
+        match self.sink.apply_now(object, Value::Object(patch)).await {
+            Ok(()) => {
+                debug!(object = %object, handler, outputs, retained, "stored the handlers' output")
+            }
+            Err(err) if err.gone => {
+                debug!(object = %object, handler, "the object is gone; output dropped")
+            }
+            Err(err) => {
+                error!(object = %object, uid = %object.uid, handler, outputs, error = %err.message,
+                "cannot store the handlers' output")
+            }
+        }
+    }
+}
