@@ -130,6 +130,16 @@ async fn claims_complete(leases: &Api<Lease>) -> bool {
     seen.iter().all(|n| *n == 1)
 }
 
+/// Whether the claims are complete and do not name `member`.
+async fn claims_complete_without(leases: &Api<Lease>, member: &str) -> bool {
+    let Ok(group) = leases.get(GROUP).await else {
+        return false;
+    };
+    let annotations = group.metadata.annotations.unwrap_or_default();
+    let named = annotations.get(CLAIMS).is_some_and(|c| c.contains(member));
+    !named && claims_complete(leases).await
+}
+
 /// Sets the group's claims annotation to `text` (retried on conflicts).
 async fn set_claims(leases: &Api<Lease>, text: &str) -> anyhow::Result<()> {
     for _ in 0..20 {
@@ -232,12 +242,30 @@ async fn a_garbled_claims_annotation_is_repaired_without_overlap() -> anyhow::Re
         assert!(after > starts, "{text}: nothing restarted");
         eprintln!("{text}: repaired in {:?}", garbled.elapsed());
     }
+    // Claims of a member without a Lease: it counts as expired once unseen for a lease
+    // duration, and its ranges pass on.
+    set_claims(&leases, r#"{"ghost":"0-1023"}"#).await?;
+    let bound = Duration::from_secs(2 + 3) + Duration::from_secs(1);
+    wait_until("the ghost's claims pass on", bound, || {
+        claims_complete_without(&leases, "ghost")
+    })
+    .await;
+    for name in &names {
+        wait_until(format!("{name} runs after the ghost"), bound, || async {
+            running(&journal, name)
+        })
+        .await;
+        assert_no_overlap(&journal, name);
+    }
+    let ghost = logs.lines_with("member=ghost");
+    let ghost: Vec<&String> = ghost.iter().filter(|l| l.contains(ns.name())).collect();
+    assert!((1..=2).contains(&ghost.len()), "{ghost:#?}");
     // One warning per member and write of garbage, naming the Lease.
     let needle = format!("{}/{GROUP}", ns.name());
     let warnings: Vec<String> = logs
         .lines_with(&needle)
         .into_iter()
-        .filter(|l| l.contains("WARN") && l.contains("garbled"))
+        .filter(|l| l.contains("WARN") && l.contains("garbled") && !l.contains("ghost"))
         .collect();
     assert!(
         (2 * garbage.len()..=4 * garbage.len()).contains(&warnings.len()),

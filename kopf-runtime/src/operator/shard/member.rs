@@ -401,6 +401,12 @@ impl Member {
                 live.push(member.clone());
             } else {
                 // Released, or unchanged for its (trusted) duration on this member's clock.
+                let stand_in = observed.record.version.is_none();
+                if stand_in && seen.warned.first_key(format!("no Lease\n{member}")) {
+                    warn!(lease = %self.group_lease(), member = %member,
+                        "sharding: the group's Lease is garbled: it names a member that has no \
+                         Lease; that member counts as expired");
+                }
                 expired.insert(member.clone());
             }
             seen.leases.insert(member, observed);

@@ -199,7 +199,11 @@ impl Warned {
 
     /// Whether `garbage`, read at `version`, is new (then it is remembered).
     pub(crate) fn first(&mut self, version: Option<&str>, garbage: &Garbage) -> bool {
-        let key = format!("{}\n{}", version.unwrap_or_default(), garbage.text);
+        self.first_key(format!("{}\n{}", version.unwrap_or_default(), garbage.text))
+    }
+
+    /// Whether `key` is new (then it is remembered).
+    pub(crate) fn first_key(&mut self, key: String) -> bool {
         if self.0.contains(&key) {
             return false;
         }

@@ -16,7 +16,7 @@ use crate::operator::shard::repair::{GroupState, lift, repair};
 
 impl Member {
     /// The group's Lease as `namespace/name`, for the log.
-    fn group_lease(&self) -> String {
+    pub(super) fn group_lease(&self) -> String {
         let lease = &self.settings.lease;
         format!("{}/{}", lease.namespace, lease.name)
     }
