@@ -157,8 +157,10 @@ impl Operator {
         self.metrics.as_deref()
     }
 
-    /// Whether every resource kind has completed its initial list, or is reported unavailable
-    /// (what `/readyz` reports).
+    /// Whether every resource kind has completed its initial list, or is reported unavailable,
+    /// and no watch stream is down (failing, or silent for longer than
+    /// [`watch_idle_timeout`](crate::OperatorBuilder::watch_idle_timeout)): what `/readyz`
+    /// reports.
     ///
     /// ```no_run
     /// # async fn demo(operator: kopf_runtime::Operator) {
@@ -173,8 +175,10 @@ impl Operator {
         self.health.ready().is_ok()
     }
 
-    /// Whether every watch task is still running (what `/healthz` reports): for serving a
-    /// liveness probe from your own server, with the `server` feature off.
+    /// Whether every watch task is still running and no watch stream has been down for longer
+    /// than [`watch_recovery_timeout`](crate::OperatorBuilder::watch_recovery_timeout) (what
+    /// `/healthz` reports): for serving a liveness probe from your own server, with the
+    /// `server` feature off.
     ///
     /// ```no_run
     /// # fn demo(operator: &kopf_runtime::Operator) {
