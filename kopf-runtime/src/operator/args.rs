@@ -140,6 +140,18 @@ pub struct OperatorArgs {
         hide_env_values = true)]
     pub request_timeout: Option<Duration>,
 
+    /// Restart a watch that delivers nothing (no event, no bookmark, not its end) for this
+    /// long, e.g. 60s [default: 2m; at least 4s]
+    #[arg(long, value_name = "DURATION", env = "KOPF_WATCH_IDLE_TIMEOUT", value_parser = duration,
+        hide_env_values = true)]
+    pub watch_idle_timeout: Option<Duration>,
+
+    /// Fail /healthz once a watch has been down (failing, or silent for the idle timeout) for
+    /// this long, e.g. 5m [default: 3m]
+    #[arg(long, value_name = "DURATION", env = "KOPF_WATCH_RECOVERY_TIMEOUT",
+        value_parser = duration, hide_env_values = true)]
+    pub watch_recovery_timeout: Option<Duration>,
+
     /// Run as one of several replicas, led by the holder of this Lease
     #[arg(long, value_name = "NAMESPACE/NAME", env = "KOPF_LEADER_ELECTION", value_parser = lease,
         conflicts_with = "sharding", hide_env_values = true)]
@@ -355,5 +367,27 @@ mod tests {
         let given = crate::Operator::builder().request_timeout(Duration::from_secs(3));
         let kept = given.args(&parse(&[]).unwrap());
         assert_eq!(kept.options().request_timeout, Some(Duration::from_secs(3)));
+    }
+
+    #[test]
+    fn watch_timeouts_reach_the_options() {
+        let flags = [
+            "--watch-idle-timeout",
+            "1m",
+            "--watch-recovery-timeout",
+            "5m",
+        ];
+        let args = parse(&flags).unwrap();
+        let builder = crate::Operator::builder().args(&args);
+        let limits = builder.options().watch_limits;
+        assert_eq!(limits.idle, Duration::from_secs(60));
+        assert_eq!(limits.recovery, Duration::from_secs(300));
+        // Positive control: without the flags, the builder's own values stay.
+        let given = crate::Operator::builder()
+            .watch_idle_timeout(Duration::from_secs(7))
+            .watch_recovery_timeout(Duration::from_secs(9));
+        let kept = given.args(&parse(&[]).unwrap()).options().watch_limits;
+        assert_eq!(kept.idle, Duration::from_secs(7));
+        assert_eq!(kept.recovery, Duration::from_secs(9));
     }
 }

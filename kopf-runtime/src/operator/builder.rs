@@ -521,6 +521,9 @@ impl OperatorBuilder {
         o.max_concurrent_handlers = args.max_concurrent_handlers.or(o.max_concurrent_handlers);
         o.shutdown_timeout = args.shutdown_timeout.unwrap_or(o.shutdown_timeout);
         o.request_timeout = args.request_timeout.or(o.request_timeout);
+        let limits = &mut o.watch_limits;
+        limits.idle = args.watch_idle_timeout.unwrap_or(limits.idle);
+        limits.recovery = args.watch_recovery_timeout.unwrap_or(limits.recovery);
         o.metrics = o.metrics && !args.no_metrics;
         o.leader_election = args.election().or(o.leader_election.take());
         o.sharding = args.sharding().or(o.sharding.take());
