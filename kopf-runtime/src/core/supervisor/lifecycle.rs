@@ -42,7 +42,7 @@ impl SupervisorCore {
     /// an output counts from now on (see `outputs.rs`).
     pub(crate) fn emit(&self, uid: &str, effect: Effect) {
         let mut state = self.lock();
-        let live = state.objects.get_key_value(uid).filter(|(_, o)| !o.gone);
+        let live = (state.objects.get_key_value(uid)).filter(|(_, o)| !o.gone || o.released);
         if let Some(key) = live.map(|(key, _)| Arc::clone(key)) {
             state.outputs.sent(&key, &effect);
             let _ = self.effects.send(effect);
@@ -88,6 +88,7 @@ impl SupervisorCore {
         if seen == Seen::Back || (entry.gone && seen == Seen::Live) {
             // Kept while its instances exit or its abandoned threads return: alive again.
             (entry.gone, entry.deleting, entry.finalizer_sent) = (false, false, None);
+            entry.released = false;
             if let Some(changes) = entry.changes.as_mut() {
                 (changes.reload, changes.first_sight) = (true, true);
             }
@@ -137,6 +138,9 @@ impl SupervisorCore {
             .get(uid)
             .and_then(|e| e.live.borrow().resource_version_number());
         state.tombstones.insert(Arc::from(uid), version.max(seen));
+        if let Some(entry) = state.objects.get_mut(uid) {
+            entry.released = false; // gone for good: nothing more to send
+        }
         self.drop_object(&mut state, uid);
     }
 
@@ -144,6 +148,9 @@ impl SupervisorCore {
     /// a tombstone, so that any later version brings it back.
     pub(crate) fn release(self: &Arc<Self>, uid: &str) {
         let mut state = self.lock();
+        if let Some(entry) = state.objects.get_mut(uid) {
+            entry.released = entry.released || !entry.gone;
+        }
         self.drop_object(&mut state, uid);
     }
 

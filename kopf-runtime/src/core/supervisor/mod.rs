@@ -293,7 +293,9 @@ impl Supervisor {
 
     /// The object is no longer this supervisor's to serve (another replica serves it): its
     /// instances are stopped and its memory dropped once they exited, as after
-    /// [`Supervisor::gone`], but any later event brings it back, whatever its version.
+    /// [`Supervisor::gone`], but any later event brings it back, whatever its version; and the
+    /// outputs of its stopping instances are still sent (e.g. a cron run's record, which the
+    /// next replica reads).
     ///
     /// ```
     /// # use kopf_runtime::engine::*;

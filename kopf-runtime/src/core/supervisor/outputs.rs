@@ -131,6 +131,56 @@ mod tests {
         assert!(supervisor.busy_uids().is_empty());
     }
 
+    /// A daemon that returns a result once asked to stop.
+    struct UntilStopped;
+    static UNTIL_STOPPED: HandlerSpec = HandlerSpec::new("until-stopped", HandlerKind::Daemon);
+    impl ErasedHandler for UntilStopped {
+        fn spec(&self) -> &'static HandlerSpec {
+            &UNTIL_STOPPED
+        }
+        fn matches(&self, _: &ObjectState) -> Result<bool, MatchError> {
+            Ok(true)
+        }
+        fn invoke(&self, inv: Invocation) -> Result<Call, HandlerError> {
+            Ok(Call::Async(Box::pin(async move {
+                inv.stopper.stopped().await;
+                let result = Some(serde_json::json!("last words"));
+                Ok(Output {
+                    result,
+                    patch: None,
+                })
+            })))
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_output_of_a_released_objects_stopping_instance_is_still_sent() {
+        let (supervisor, mut effects) = Supervisor::new(
+            vec![Arc::new(UntilStopped)],
+            Services::default(),
+            SupervisorConfig::default(),
+        );
+        supervisor.track_outputs();
+        let meta = serde_json::json!({"name": "a", "namespace": "ns", "uid": "u1"});
+        let object = ObjectState::from_json(serde_json::json!({ "metadata": meta }));
+        supervisor.observe(object.expect("an object"));
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await; // the daemon runs
+        // Another replica serves it now: the daemon stops and returns its result.
+        supervisor.release("u1");
+        let mut output = false;
+        while let Ok(Some(effect)) =
+            tokio::time::timeout(std::time::Duration::from_secs(60), effects.recv()).await
+        {
+            output |= matches!(effect, Effect::Output { .. });
+        }
+        assert!(output, "the output of the released object was sent");
+        assert_eq!(supervisor.busy_uids(), vec![Arc::<str>::from("u1")]);
+        supervisor.outputs_settled("u1", 1);
+        assert!(supervisor.busy_uids().is_empty());
+        // Positive control: the object itself is gone from the supervisor.
+        assert!(supervisor.tracked_uids().is_empty());
+    }
+
     #[tokio::test(start_paused = true)]
     async fn untracked_outputs_do_not_count() {
         let supervisor = after_the_output(false).await;

@@ -233,6 +233,9 @@ pub(crate) struct ObjectEntry {
     pub(crate) essence: Option<u64>,
     pub(crate) deleting: bool,
     pub(crate) gone: bool,
+    /// Gone from this supervisor's scope only (another replica serves it): the outputs of its
+    /// stopping instances are still sent (see `Supervisor::release`).
+    pub(crate) released: bool,
     /// The last `Finalizer` effect sent (`None`: none yet).
     pub(crate) finalizer_sent: Option<bool>,
     /// Whether the latest version carries the framework's finalizer.
@@ -255,6 +258,7 @@ impl ObjectEntry {
             essence: None,
             deleting: false,
             gone: false,
+            released: false,
             finalizer_sent: None,
             finalizer_on: false,
             memo: Arc::default(),
