@@ -200,9 +200,10 @@ async fn wait(what: &str, done: impl Fn() -> bool) {
 
 /// A member serving everything sees `u1`: one daemon's output is being written (held at the
 /// gate), the other's waits behind it, and both daemons have ended; then the member stops
-/// serving `u1`.
+/// serving `u1`; `server_side`: its watch, filtered by the API server, then loses `u1` too.
 async fn handed_over_with_a_queued_output(
     server: &Gated,
+    server_side: bool,
 ) -> (Arc<KindState>, watch::Sender<Option<Instant>>) {
     let (state, valid, mut released) = sharded_kind(server);
     Arc::clone(&state).serve(Scope::Ranges(Arc::new(RangeSet::full())));
@@ -212,13 +213,25 @@ async fn handed_over_with_a_queued_output(
     let ended = tokio::time::timeout(Duration::from_secs(10), released.wait_for(|r| *r)).await;
     assert!(ended.is_ok(), "the daemon ended");
     Arc::clone(&state).serve(without_u1());
+    if server_side {
+        state.release(&Arc::from("u1"));
+    }
     (state, valid)
 }
 
 #[tokio::test]
 async fn a_member_writes_the_output_of_an_object_it_hands_over_and_holds_it_until_then() {
+    writes_the_output_of_a_handed_over_object(false).await;
+}
+
+#[tokio::test]
+async fn so_does_a_member_whose_watch_no_longer_sees_the_object() {
+    writes_the_output_of_a_handed_over_object(true).await;
+}
+
+async fn writes_the_output_of_a_handed_over_object(server_side: bool) {
     let server = Gated::closed();
-    let (state, _valid) = handed_over_with_a_queued_output(&server).await;
+    let (state, _valid) = handed_over_with_a_queued_output(&server, server_side).await;
     // The daemons are over, their outputs are not written: the object still holds its range.
     assert_eq!(state.busy_uids(), vec![Arc::<str>::from("u1")]);
     server.open.send_replace(true);
@@ -229,7 +242,7 @@ async fn a_member_writes_the_output_of_an_object_it_hands_over_and_holds_it_unti
 #[tokio::test]
 async fn after_a_lapse_the_output_of_a_handed_over_object_is_given_up() {
     let server = Gated::closed();
-    let (state, valid) = handed_over_with_a_queued_output(&server).await;
+    let (state, valid) = handed_over_with_a_queued_output(&server, false).await;
     assert_eq!(state.busy_uids(), vec![Arc::<str>::from("u1")]);
     // The member's validity lapses: it serves nothing, and may hand nothing over in order.
     valid.send_replace(None);
