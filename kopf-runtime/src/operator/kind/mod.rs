@@ -418,9 +418,8 @@ impl Follower for KindState {
     /// their stop ladders, with the reason "operator pausing"); nothing is written for them
     /// but the outputs of a shard member's objects that leave its scope (see `outputs.rs`).
     fn serve(self: Arc<Self>, scope: Scope) {
-        let (known, busy) = (self.records.uids(), self.supervisor.busy_uids());
-        self.retained
-            .follow(&self.scope.borrow(), &scope, &known, &busy);
+        let busy = self.supervisor.busy_uids();
+        self.retained.follow(&self.scope.borrow(), &scope, &busy);
         self.finalizers.set_scope(scope.clone());
         if matches!(scope, Scope::Nothing) {
             self.supervisor.pause();
@@ -428,7 +427,7 @@ impl Follower for KindState {
             self.supervisor.set_scope(scope.in_scope());
             self.supervisor.resume();
         }
-        for uid in known {
+        for uid in self.records.uids() {
             if scope.covers(&uid) {
                 self.enqueue(uid, Job::Sync);
             }

@@ -38,7 +38,18 @@ pub(crate) struct Retained {
     sharded: bool,
     /// The member's validity: nothing is retained once it lapsed.
     clearance: Option<Clearance>,
-    uids: Mutex<HashSet<Arc<str>>>,
+    held: Mutex<Held>,
+}
+
+/// What [`Retained`] holds.
+#[derive(Debug, Default)]
+struct Held {
+    /// The scope before the latest change: every object it covers (a range left then is
+    /// released only once its objects are quiet, and nothing starts out of scope, so no output
+    /// of its objects comes after that).
+    left: Option<Scope>,
+    /// The objects left in earlier changes that were still busy at the latest one.
+    uids: HashSet<Arc<str>>,
 }
 
 impl Retained {
@@ -46,35 +57,38 @@ impl Retained {
         Self {
             sharded: shared.sharding.is_some(),
             clearance: shared.clearance.clone(),
-            uids: Mutex::default(),
+            held: Mutex::default(),
         }
     }
 
-    /// The scope goes from `old` to `new`. `known`: the objects seen (and those still busy);
-    /// `busy`: the objects with an instance or an output under way. Retained from now on: the
-    /// objects that leave the scope now, and those retained before that are still busy
-    /// (an object that is not busy has no output to come: nothing starts out of scope). None
-    /// when the scope goes to nothing or the member's validity lapsed.
-    pub(crate) fn follow(&self, old: &Scope, new: &Scope, known: &[Arc<str>], busy: &[Arc<str>]) {
-        let mut uids = lock(&self.uids);
+    /// The scope goes from `old` to `new` (called before anything follows `new`, so that an
+    /// output never finds its object neither served nor retained). `busy`: the objects with an
+    /// instance or an output under way now. Retained from now on: whatever `old` covers, and
+    /// the objects retained before that are still busy (an object that is not busy has no
+    /// output to come). Nothing when the scope goes to nothing or the member's validity
+    /// lapsed.
+    pub(crate) fn follow(&self, old: &Scope, new: &Scope, busy: &[Arc<str>]) {
+        let mut held = lock(&self.held);
         let valid = self.clearance.as_ref().is_some_and(Clearance::is_clear);
         if !self.sharded || matches!(new, Scope::Nothing) || !valid {
-            uids.clear();
+            *held = Held::default();
             return;
         }
         let busy: HashSet<&Arc<str>> = busy.iter().collect();
-        uids.retain(|uid| !new.covers(uid) && busy.contains(uid));
-        let leaving = known.iter().chain(busy.iter().copied());
-        uids.extend(
-            leaving
-                .filter(|uid| old.covers(uid) && !new.covers(uid))
-                .cloned(),
-        );
+        let previous = held.left.replace(old.clone());
+        held.uids
+            .retain(|uid| !new.covers(uid) && busy.contains(uid));
+        if let Some(previous) = previous {
+            let left = busy.into_iter().filter(|uid| previous.covers(uid));
+            held.uids
+                .extend(left.filter(|uid| !new.covers(uid)).cloned());
+        }
     }
 
     /// Whether the outputs of `uid` are written though it is out of scope.
     pub(crate) fn holds(&self, uid: &str) -> bool {
-        lock(&self.uids).contains(uid)
+        let held = lock(&self.held);
+        held.uids.contains(uid) || held.left.as_ref().is_some_and(|left| left.covers(uid))
     }
 }
 
@@ -99,14 +113,16 @@ impl KindState {
         patch: Map<String, Value>,
         outputs: u32,
     ) {
-        let retained = !self.covers(&object.uid) && self.retained.holds(&object.uid);
+        // Read once: the scope may narrow meanwhile (retained before it narrows).
+        let covered = self.covers(&object.uid);
+        let retained = !covered && self.retained.holds(&object.uid);
         // A retained object's record may be gone with its range (server-side sharding): the
         // write finds out whether the object itself is.
         if !retained && self.records.get(&object.uid).is_none_or(|r| r.gone) {
             debug!(object = %object, handler, "the object is gone; output dropped");
             return;
         }
-        if !retained && !self.covers(&object.uid) {
+        if !covered && !retained {
             if self.retained.sharded {
                 warn!(object = %object, uid = %object.uid, handler, outputs,
                     "sharding: this member no longer holds the object's range (its Lease lapsed); \
