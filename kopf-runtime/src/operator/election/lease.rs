@@ -110,6 +110,12 @@ impl Observed {
             _ => Self { record, since: now },
         }
     }
+
+    /// When the Lease as observed expires on the local clock, for a replica whose own lease
+    /// duration is `own` (see [`trusted`]).
+    pub(crate) fn expiry(&self, own: Duration) -> Instant {
+        self.since + trusted(self.record.duration, own)
+    }
 }
 
 /// What to do with the Lease as observed.
@@ -121,14 +127,25 @@ pub(crate) enum Decision {
     Wait { holder: String, twin: bool },
 }
 
-/// The decision for `me` (see the module's table).
-pub(crate) fn decide(observed: &Observed, me: &Claimant, now: Instant) -> Decision {
+/// At most how many of its own lease durations a replica trusts in a Lease written by another
+/// process: a forged or misconfigured Lease with a huge duration then blocks the others for at
+/// most this many lease durations (replicas of one operator share their settings; 4× still
+/// covers a rolling change of them, e.g. 15 s to 60 s).
+pub(crate) const TRUST_FACTOR: u32 = 4;
+
+/// The duration a replica whose own lease duration is `own` trusts in a Lease that says `said`.
+pub(crate) fn trusted(said: Duration, own: Duration) -> Duration {
+    said.min(own.saturating_mul(TRUST_FACTOR))
+}
+
+/// The decision for `me`, whose own lease duration is `own` (see the module's table).
+pub(crate) fn decide(observed: &Observed, me: &Claimant, own: Duration, now: Instant) -> Decision {
     let record = &observed.record;
     let twin = record.twin_of(me);
     match &record.holder {
         None => Decision::Take,
         Some(holder) if holder == &me.identity && !twin => Decision::Take,
-        Some(_) if now >= observed.since + record.duration => Decision::Take,
+        Some(_) if now >= observed.expiry(own) => Decision::Take,
         Some(holder) => Decision::Wait {
             holder: holder.clone(),
             twin,
@@ -312,7 +329,20 @@ mod tests {
                 t0 + s(15),
                 take.clone(),
             ),
-            (of("a2", record(None, 15, "1")), t0, t0, take),
+            (of("a2", record(None, 15, "1")), t0, t0, take.clone()),
+            // A huge duration (forged, or misconfigured) is trusted for 4 × the own 15 s only.
+            (
+                of("a1", record(Some("b"), 1_000_000, "1")),
+                t0,
+                t0 + s(59),
+                wait("b", false),
+            ),
+            (
+                of("a1", record(Some("b"), 1_000_000, "1")),
+                t0,
+                t0 + s(60),
+                take,
+            ),
         ];
         for (i, (record, since, now, want)) in table.into_iter().enumerate() {
             let record = Record {
@@ -320,7 +350,7 @@ mod tests {
                 ..record
             };
             let observed = Observed { record, since };
-            assert_eq!(decide(&observed, &me, now), want, "row {i}");
+            assert_eq!(decide(&observed, &me, s(15), now), want, "row {i}");
         }
     }
 

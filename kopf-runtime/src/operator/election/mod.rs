@@ -207,7 +207,7 @@ impl Elector {
     fn next_attempt(&self, observed: Option<&Observed>) -> Instant {
         let now = Instant::now();
         let retry = now + self.settings.retry_period;
-        match observed.map(|seen| seen.since + seen.record.duration) {
+        match observed.map(|seen| seen.expiry(self.settings.lease_duration)) {
             // Only a future expiry: one that passed already was attempted (and failed).
             Some(expiry) if !self.leading() && expiry > now => retry.min(expiry),
             _ => retry,
@@ -245,7 +245,7 @@ impl Elector {
         let record = Record::of(&current);
         let renewed = observed.as_ref().is_some_and(|seen| seen.record != record);
         let seen = Observed::update(observed.take(), record, now);
-        let decision = decide(&seen, &self.me, now);
+        let decision = decide(&seen, &self.me, self.settings.lease_duration, now);
         *lock(&self.holder) = seen.record.holder.clone();
         if let Decision::Wait { twin: true, .. } = decision {
             let other = seen.record.incarnation.as_deref().unwrap_or_default();

@@ -5,8 +5,9 @@
 //! changed within its `leaseDurationSeconds` on the reader's clock. A Lease written by anyone
 //! else than a member (by hand, a script, a member with absurd settings) could say a million
 //! seconds and hold its ranges, unserved, for that long. So a member trusts at most
-//! [`TRUST_FACTOR`] times its own lease duration. That never shortens an honest member's Lease:
-//! the members of a group run the same settings (one Deployment), and a factor of 4 still covers
+//! [`TRUST_FACTOR`](crate::operator::election::lease::TRUST_FACTOR) times its own lease duration
+//! (as a leader election's replica does). That never shortens an honest member's Lease: the
+//! members of a group run the same settings (one Deployment), and a factor of 4 still covers
 //! a rolling change of them (15 s → 60 s). Only a member whose own renew deadline exceeded 4
 //! lease durations of another member could be taken over while still serving; the docs ask for
 //! one setting per group, and a member warns when it sees a Lease beyond what it trusts.
@@ -28,29 +29,23 @@ use tracing::{info, warn};
 
 use super::leases::GroupLeases;
 use crate::core::sync::lock;
+use crate::operator::election::lease::trusted;
 use crate::operator::election::lease::{Observed, Record};
 
-/// At most how many of its own lease durations a member trusts in another member's Lease.
-pub(crate) const TRUST_FACTOR: u32 = 4;
 /// After how many of its own lease durations past the expiry a member Lease is deleted.
 pub(crate) const COLLECT_AFTER: u32 = 10;
-
-/// The duration a member with lease duration `own` trusts in a Lease that says `said`.
-pub(crate) fn trusted(said: Duration, own: Duration) -> Duration {
-    said.min(own.saturating_mul(TRUST_FACTOR))
-}
 
 /// Whether a member Lease as observed is held and fresh: changed within its trusted duration.
 pub(crate) fn live(observed: &Observed, own: Duration, now: Instant) -> bool {
     let record = &observed.record;
-    record.holder.is_some() && now < observed.since + trusted(record.duration, own)
+    record.holder.is_some() && now < observed.expiry(own)
 }
 
 /// Whether a member Lease as observed has been expired for long enough to be deleted.
 pub(crate) fn collectable(observed: &Observed, own: Duration, now: Instant) -> bool {
     let record = &observed.record;
     let expired = if record.holder.is_some() {
-        observed.since + trusted(record.duration, own)
+        observed.expiry(own)
     } else {
         observed.since
     };

@@ -361,7 +361,7 @@ impl Member {
         let mut seen = lock(&self.seen);
         let renewed = (seen.own_read.as_ref()).is_some_and(|read| read.record != record);
         let observed = Observed::update(seen.own_read.take(), record, now);
-        let decision = decide(&observed, &self.me, now);
+        let decision = decide(&observed, &self.me, self.settings.lease.lease_duration, now);
         let other = observed.record.incarnation.clone().unwrap_or_default();
         seen.own_read = Some(observed);
         drop(seen);
