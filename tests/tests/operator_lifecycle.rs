@@ -215,6 +215,10 @@ async fn other_controllers_finalizers_are_never_dropped() -> anyhow::Result<()> 
 
     create_with(&api, "shared", &[OTHER], &[]).await?;
     wait_until_finalizers(&api, "shared", &[OTHER, FINALIZER]).await;
+    // Deleted only once the daemon runs: a deletion the operator's watch delivers before the
+    // version with its finalizer ends the object before its daemon starts (by design), and the
+    // stop this test awaits would never come.
+    journal.wait_for("shared", "started", 1).await;
     delete(&api, "shared").await?;
     journal
         .wait_for("shared", "stopped: StopReason(RESOURCE_DELETED)", 1)
