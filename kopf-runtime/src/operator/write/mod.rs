@@ -73,11 +73,27 @@ pub(crate) fn classify(err: &kube::Error) -> Failure {
             }
         }
         kube::Error::Discovery(_) => Failure::NotFound,
+        // Refused by this replica's own fence: it no longer leads (or serves the object). No
+        // retry can pass until it leads again, and then it syncs every object anew; retrying
+        // would only hold the object's queue (and a shard range's release) for the retries.
+        kube::Error::Service(e) if is_fenced(&**e) => Failure::Fatal,
         kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_) => {
             Failure::Transient(None)
         }
         _ => Failure::Fatal,
     }
+}
+
+/// Whether `err`, or an error it wraps, is the fence's refusal.
+fn is_fenced(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(err);
+    while let Some(err) = cause {
+        if err.is::<crate::operator::election::fence::Fenced>() {
+            return true;
+        }
+        cause = err.source();
+    }
+    false
 }
 
 /// A short description of a kube error for logs and [`crate::PatchError`] messages.
@@ -377,6 +393,29 @@ mod tests {
         let err = kube::Error::Service(Box::new(timed_out));
         assert_eq!(classify(&err), Failure::Transient(None));
         assert!(describe(&err).contains("30s"), "{}", describe(&err));
+    }
+
+    /// A write refused by the replica's own fence is not retried (it cannot pass until the
+    /// replica leads again), also when a layer wrapped the refusal.
+    #[test]
+    fn a_write_refused_by_the_fence_is_not_retried() {
+        #[derive(Debug)]
+        struct Wrapped(crate::operator::election::fence::Fenced);
+        impl std::fmt::Display for Wrapped {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "wrapped: {}", self.0)
+            }
+        }
+        impl std::error::Error for Wrapped {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let fenced = crate::operator::election::fence::Fenced;
+        let direct = kube::Error::Service(Box::new(fenced));
+        let wrapped = kube::Error::Service(Box::new(Wrapped(fenced)));
+        assert_eq!(classify(&direct), Failure::Fatal);
+        assert_eq!(classify(&wrapped), Failure::Fatal);
     }
 
     #[test]
