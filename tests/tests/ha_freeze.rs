@@ -32,7 +32,6 @@ use faults_common::*;
 use ha_cluster::*;
 use kopf_examples::crd::KopfExample;
 use kopf_runtime::{LeaderElection, Registry, Sharding, Stopper, daemon};
-use kube::ResourceExt as _;
 use process_common::{Entry, append_line, read_log, run_child, run_tests};
 
 const DAEMON: &str = "ha-loop";
@@ -43,28 +42,14 @@ const GROUP: &str = "kopf-tests-freeze";
 /// A daemon's sleep between two bodies.
 const TICK: Duration = Duration::from_millis(50);
 
-fn append(kind: &str, obj: &KopfExample) {
-    let Some(path) = std::env::var_os(LOG_ENV) else {
-        return;
-    };
-    let uid = obj.metadata.uid.clone().unwrap_or_default();
-    let line = format!(
-        "{kind} {} {uid} {} {}",
-        obj.name_any(),
-        std::process::id(),
-        now_nanos()
-    );
-    append_line(Path::new(&path), &line);
-}
-
 /// The loop of a typical polling daemon; each body is logged with the time it began.
 #[daemon(id = "ha-loop", cancellation_backoff = "5s")]
 async fn ha_loop(obj: Arc<KopfExample>, stopper: Stopper) {
-    append("start", &obj);
+    log_event("start", &obj);
     while !stopper.sleep(TICK).await {
-        append("body", &obj);
+        log_event("body", &obj);
     }
-    append("stop", &obj);
+    log_event("stop", &obj);
 }
 
 /// A replica: an elected operator for one namespace, until SIGTERM.

@@ -29,37 +29,23 @@ const DAEMON: &str = "ha-daemon";
 const TIMER: &str = "ha-timer";
 const CRON: &str = "ha-cron";
 
-fn append(kind: &str, obj: &KopfExample) {
-    let Some(path) = std::env::var_os(LOG_ENV) else {
-        return;
-    };
-    let uid = obj.metadata.uid.clone().unwrap_or_default();
-    let line = format!(
-        "{kind} {} {uid} {} {}",
-        obj.name_any(),
-        std::process::id(),
-        now_nanos()
-    );
-    append_line(Path::new(&path), &line);
-}
-
 /// Stops at once when asked (a 5 s grace period lets it log its stop and write before a cancellation),
 /// then tries one last write through the operator's client, as a handler cleaning up would, and
 /// logs whether it was `written` or `fenced` (refused because the replica no longer leads).
 #[daemon(id = "ha-daemon", cancellation_backoff = "5s")]
 async fn ha_daemon(obj: Arc<KopfExample>, stopper: Stopper, client: kube::Client) {
-    append("start", &obj);
+    log_event("start", &obj);
     stopper.stopped().await;
-    append("stop", &obj);
+    log_event("stop", &obj);
     let outcome = last_write(client, &obj).await;
-    append(outcome, &obj);
+    log_event(outcome, &obj);
 }
 
 /// Logs every fire (invariant 3: timers fire again after every handover; a thawed replica whose
 /// validity lapsed fires none).
 #[timer(id = "ha-timer", interval = "1s")]
 async fn ha_timer(obj: Arc<KopfExample>) {
-    append("tick", &obj);
+    log_event("tick", &obj);
 }
 
 /// Logs every occurrence it runs (`cron <name> <uid> <pid> <occurrence>`): no occurrence may

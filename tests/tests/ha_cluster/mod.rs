@@ -108,6 +108,23 @@ pub async fn proxied_config() -> anyhow::Result<kube::Config> {
     Ok(config)
 }
 
+/// Appends `<kind> <name> <uid> <pid> <unix nanos>` for `obj` to the shared log named by
+/// [`LOG_ENV`] (nothing outside a child).
+pub fn log_event(kind: &str, obj: &KopfExample) {
+    use kube::ResourceExt as _;
+    let Some(path) = std::env::var_os(LOG_ENV) else {
+        return;
+    };
+    let uid = obj.metadata.uid.clone().unwrap_or_default();
+    let line = format!(
+        "{kind} {} {uid} {} {}",
+        obj.name_any(),
+        std::process::id(),
+        now_nanos()
+    );
+    append_line(Path::new(&path), &line);
+}
+
 pub fn now_nanos() -> u128 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
