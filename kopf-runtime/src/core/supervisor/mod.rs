@@ -400,6 +400,18 @@ impl Supervisor {
         self.inner().set_scope(scope);
     }
 
+    /// From now on, every `Output` effect counts its object as busy until
+    /// [`Supervisor::outputs_settled`] says it was written or given up (the operator does;
+    /// the engine's users who read the effects themselves do not). See `outputs.rs`.
+    pub(crate) fn track_outputs(&self) {
+        self.inner().lock().outputs.track();
+    }
+
+    /// `outputs` outputs of the object `uid` were written, or given up.
+    pub(crate) fn outputs_settled(&self, uid: &str, outputs: u32) {
+        self.inner().lock().outputs.settle(uid, outputs);
+    }
+
     /// The UIDs of the objects that have an instance running or stopping, or an abandoned
     /// thread not yet returned (and, in the operator, an output not yet written).
     ///

@@ -12,15 +12,17 @@
 //!                           ├──────────── output counted ───────────────────┤
 //! ```
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::Supervisor;
-use super::state::UidMap;
 use crate::core::effects::Effect;
+
+/// Counts by object UID.
+type Counts = HashMap<Arc<str>, u32, foldhash::fast::RandomState>;
 
 /// The count of outputs sent and not settled, per object (only while tracked).
 #[derive(Default)]
-pub(crate) struct PendingOutputs(Option<UidMap<u32>>);
+pub(crate) struct PendingOutputs(Option<Counts>);
 
 impl PendingOutputs {
     /// Counts `effect` if it is an output and outputs are tracked.
@@ -35,7 +37,15 @@ impl PendingOutputs {
         self.0.iter().flat_map(|counts| counts.keys())
     }
 
-    fn settle(&mut self, uid: &str, outputs: u32) {
+    /// Counts every output from now on (the first call turns tracking on).
+    pub(crate) fn track(&mut self) {
+        if self.0.is_none() {
+            self.0 = Some(Counts::default());
+        }
+    }
+
+    /// `outputs` outputs of the object `uid` were written, or given up.
+    pub(crate) fn settle(&mut self, uid: &str, outputs: u32) {
         let Some(counts) = &mut self.0 else {
             return;
         };
@@ -45,23 +55,6 @@ impl PendingOutputs {
                 counts.remove(uid);
             }
         }
-    }
-}
-
-impl Supervisor {
-    /// From now on, every `Output` effect counts its object as busy until
-    /// [`Supervisor::outputs_settled`] says it was written or given up (the operator does;
-    /// the engine's users who read the effects themselves do not).
-    pub(crate) fn track_outputs(&self) {
-        let outputs = &mut self.inner().lock().outputs;
-        if outputs.0.is_none() {
-            outputs.0 = Some(UidMap::default());
-        }
-    }
-
-    /// `outputs` outputs of the object `uid` were written, or given up.
-    pub(crate) fn outputs_settled(&self, uid: &str, outputs: u32) {
-        self.inner().lock().outputs.settle(uid, outputs);
     }
 }
 
