@@ -3,12 +3,17 @@
 //! taken its daemons over, then thawed (SIGCONT), again and again.
 //!
 //! Every replica's daemon loops `while !stopper.sleep(50 ms).await { body }` and appends each
-//! body to a shared log with its process id and the time it began. A process frozen in the
-//! middle of its sleep wakes up with that sleep overdue; the body after it must not run, since
-//! the new leader runs the same objects' daemons by then. The detector counts every body of the
-//! thawed process that began after its thaw: it must find none, over `KOPF_HA_FREEZES` freezes
-//! (default 20). The bodies of the new leader after each handover are the positive control
-//! that bodies are logged at all.
+//! body to a shared log with its process id and the time of its go-ahead (taken right before a
+//! last check of the flag). A process frozen in the middle of its sleep wakes up with that sleep
+//! overdue; the body after it must not run, since the new leader runs the same objects' daemons
+//! by then. The detector counts every body of the thawed process whose go-ahead came after its
+//! thaw: it must find none, over `KOPF_HA_FREEZES` freezes (default 20). A body whose check
+//! passed before the freeze may still finish after the thaw: no check can stop what already
+//! passed it, which is why writes go through the fence. The sleep's own check is held to
+//! account by the `caught` bodies (the last check had to stop them): fewer than one per freeze,
+//! where a sleep that ignored the lapse lets every daemon's body through at every thaw. The
+//! bodies of the new leader after each handover are the positive control that bodies are
+//! logged at all.
 //!
 //! The same with sharding (`KOPF_HA_SHARD_FREEZES`, default 8): two members share the objects;
 //! each freeze stops one of them until the other runs every daemon, and after the thaw the
@@ -42,12 +47,22 @@ const GROUP: &str = "kopf-tests-freeze";
 /// A daemon's sleep between two bodies.
 const TICK: Duration = Duration::from_millis(50);
 
-/// The loop of a typical polling daemon; each body is logged with the time it began.
+/// The loop of a typical polling daemon. Each body is logged with the time of its go-ahead:
+/// taken right before a last check of the flag, so a body whose check passed before a freeze
+/// (frozen between the check and the body, which no check can prevent) counts as begun before
+/// it. A sleep that let a body through only for that last check to stop it is logged as
+/// `caught`: the sleep's own check at its end missed a lapse (or the freeze fell between the
+/// two checks, which is rare).
 #[daemon(id = "ha-loop", cancellation_backoff = "5s")]
 async fn ha_loop(obj: Arc<KopfExample>, stopper: Stopper) {
     log_event("start", &obj);
     while !stopper.sleep(TICK).await {
-        log_event("body", &obj);
+        let go_ahead = now_nanos();
+        if stopper.is_stopped() {
+            log_event("caught", &obj);
+            break;
+        }
+        log_event_at("body", &obj, go_ahead);
     }
     log_event("stop", &obj);
 }
@@ -106,6 +121,23 @@ fn stray_bodies(log: &Path, pid: u32, thawed: u128) -> Vec<String> {
             format!("{} by {pid} {after} ms after its thaw", e.name)
         })
         .collect()
+}
+
+/// The bodies a sleep let through and the last check stopped.
+fn count_caught(log: &[Entry]) -> usize {
+    log.iter().filter(|e| e.kind == "caught").count()
+}
+
+/// The sleep's own check stopped the thawed daemons: fewer than one body per freeze was left
+/// for the last check (a sleep that ignored the lapse leaves it every frozen daemon's body).
+fn ensure_sleeps_checked(caught: usize, freezes: usize, log: &Path) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        caught < freezes.max(1),
+        "{caught} bodies over {freezes} freezes passed the sleep's check and were stopped only \
+         by the last one: the sleep ignores the lapse (log: {})",
+        log.display()
+    );
+    Ok(())
 }
 
 /// Who runs each object's daemon now, by the log (name → pids).
@@ -171,8 +203,9 @@ async fn a_thawed_leader_runs_no_loop_of_its_daemons() -> anyhow::Result<()> {
     }
     let log = read_log(&cluster.log);
     let bodies = log.iter().filter(|e| e.kind == "body").count();
+    let caught = count_caught(&log);
     println!(
-        "{freezes} freezes, {bodies} bodies logged, {} after a thaw",
+        "{freezes} freezes, {bodies} bodies logged, {} after a thaw, {caught} caught",
         stray.len()
     );
     anyhow::ensure!(
@@ -180,6 +213,7 @@ async fn a_thawed_leader_runs_no_loop_of_its_daemons() -> anyhow::Result<()> {
         "bodies run by a thawed replica: {stray:?} (log: {})",
         cluster.log.display()
     );
+    ensure_sleeps_checked(caught, freezes, &cluster.log)?;
     let found = overlaps(&log);
     anyhow::ensure!(found.is_empty(), "overlaps: {found:?}");
     delete_all(&api, &cluster.names).await?;
@@ -268,8 +302,9 @@ async fn a_thawed_member_runs_no_loop_of_its_daemons() -> anyhow::Result<()> {
     }
     let entries = read_log(&log);
     let bodies = entries.iter().filter(|e| e.kind == "body").count();
+    let caught = count_caught(&entries);
     println!(
-        "{freezes} freezes of a member, {bodies} bodies logged, {} after a thaw",
+        "{freezes} freezes of a member, {bodies} bodies logged, {} after a thaw, {caught} caught",
         stray.len()
     );
     anyhow::ensure!(
@@ -277,6 +312,7 @@ async fn a_thawed_member_runs_no_loop_of_its_daemons() -> anyhow::Result<()> {
         "bodies run by a thawed member: {stray:?} (log: {})",
         log.display()
     );
+    ensure_sleeps_checked(caught, freezes, &log)?;
     let found = overlaps(&entries);
     anyhow::ensure!(found.is_empty(), "overlaps: {found:?}");
     delete_all(&api, &names).await?;

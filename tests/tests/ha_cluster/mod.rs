@@ -111,16 +111,20 @@ pub async fn proxied_config() -> anyhow::Result<kube::Config> {
 /// Appends `<kind> <name> <uid> <pid> <unix nanos>` for `obj` to the shared log named by
 /// [`LOG_ENV`] (nothing outside a child).
 pub fn log_event(kind: &str, obj: &KopfExample) {
+    log_event_at(kind, obj, now_nanos());
+}
+
+/// Like [`log_event`], with the time given (unix nanos) instead of now.
+pub fn log_event_at(kind: &str, obj: &KopfExample, at: u128) {
     use kube::ResourceExt as _;
     let Some(path) = std::env::var_os(LOG_ENV) else {
         return;
     };
     let uid = obj.metadata.uid.clone().unwrap_or_default();
     let line = format!(
-        "{kind} {} {uid} {} {}",
+        "{kind} {} {uid} {} {at}",
         obj.name_any(),
         std::process::id(),
-        now_nanos()
     );
     append_line(Path::new(&path), &line);
 }
