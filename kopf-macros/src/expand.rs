@@ -1,17 +1,20 @@
 //! The driver: parse the attribute and the function, validate, generate; on error emit the
 //! function unchanged plus every error (so IDEs keep working); dump with `KOPF_MACROS_DEBUG=1`.
+//! The only file that calls every stage.
 
 use proc_macro2::{Span, TokenStream};
 use quote::{ToTokens, quote};
 use syn::ItemFn;
 
-use crate::model::{HandlerModel, Kind};
-use crate::{args, codegen, signature};
+use crate::kind::Kind;
+use crate::model::HandlerModel;
+use crate::{args, codegen, signature, validate};
 
 /// Parses and validates; every error of the attribute and the signature together.
 pub(crate) fn model(kind: Kind, args: TokenStream, func: &ItemFn) -> darling::Result<HandlerModel> {
     let mut errors = darling::Error::accumulator();
-    let args = errors.handle(args::parse(kind, args));
+    let refuse = |name: &str| validate::refused_option(kind, name);
+    let args = errors.handle(args::parse(args, refuse));
     let sig = errors.handle(signature::analyze(func));
     let (Some(args), Some(sig)) = (args, sig) else {
         errors.finish()?;
@@ -20,7 +23,7 @@ pub(crate) fn model(kind: Kind, args: TokenStream, func: &ItemFn) -> darling::Re
         ));
     };
     errors.finish()?;
-    HandlerModel::build(kind, args, sig, Span::call_site())
+    validate::model(kind, args, sig, Span::call_site())
 }
 
 /// The whole expansion of `#[daemon(args)]`, `#[timer(args)]`, `#[on_create(args)]`... on `item`.

@@ -1,14 +1,40 @@
 //! Attribute macros `#[daemon]`, `#[timer]` and the change handlers `#[on_create]`,
 //! `#[on_update]`, `#[on_delete]`, `#[on_resume]` for kopf-runtime. Use them through
 //! `kopf_runtime` (which re-exports them); see its documentation.
+//!
+//! Every macro is one straight pipeline, run by `expand.rs`:
+//!
+//! ```text
+//!  #[timer(interval = "10s")]             async fn refresh(obj: Arc<K>) { … }
+//!              │                                        │
+//!              ▼                                        ▼
+//!  args/          1a. parse (darling):     signature.rs   1b. parse (syn): async or not,
+//!                 each option as written                  parameter and return types
+//!              └──────────────────┬─────────────────────┘
+//!                                 ▼
+//!  validate/      2. check each option, the kind's options, their combinations and the
+//!                    signature (all errors together, each on its token); build the model
+//!                                 ▼
+//!  model.rs          HandlerModel: the validated handler, pure data
+//!                                 ▼
+//!  codegen/       3. generate (infallible): the handler struct, its `TypedHandler` impl and
+//!                    its registration
+//! ```
+//!
+//! Imports follow the arrows and never go back: `args/` and `signature.rs` import no other
+//! stage; `validate/` imports them and `model.rs`; `model.rs` imports nothing but `kind.rs` (which
+//! macro is expanding, a leaf every stage may use); `codegen/` imports only `model.rs` and
+//! `kind.rs`.
+//!
+//! On any error the function is emitted unchanged, followed by every error, each spanned on the
+//! offending token. `KOPF_MACROS_DEBUG=1` prints each expansion.
 #![forbid(unsafe_code)]
 #![doc(test(attr(deny(warnings))))]
 
 mod args;
-mod change;
 mod codegen;
-mod cron;
 mod expand;
+mod kind;
 mod model;
 mod signature;
 #[cfg(test)]
@@ -17,7 +43,7 @@ mod validate;
 
 use proc_macro::TokenStream;
 
-use crate::model::Kind;
+use crate::kind::Kind;
 
 #[doc = include_str!("docs/daemon.md")]
 #[doc = include_str!("docs/options.md")]

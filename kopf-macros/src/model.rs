@@ -1,43 +1,62 @@
-//! Stage 2: the validated handler model, the only input of code generation. Every option has
-//! been checked on its own and against the others; nothing here refers to raw attribute tokens.
+//! The validated handler model: what stage 2 ([`crate::validate`]) builds and the only input of
+//! stage 3 ([`crate::codegen`]). Pure data: the types below say what a handler is once every
+//! option has been checked on its own and against the others. Nothing here refers to the
+//! attribute's tokens as written, and this file imports no stage (only [`crate::kind`]).
 
 use std::time::Duration;
 
-use proc_macro2::Span;
-use syn::{Expr, Type};
+use syn::{Expr, Ident, Type};
 
-use crate::args::{ErrorsArg, MetaCondition, MissedArg, RawArgs, ValueArg};
-use crate::signature::Signature;
-use crate::{change, validate};
+use crate::kind::Kind;
 
-/// Which macro is expanding.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
-    Daemon,
-    Timer,
-    Create,
-    Update,
-    Delete,
-    Resume,
+/// Everything code generation needs, validated.
+#[derive(Debug, Clone)]
+pub(crate) struct HandlerModel {
+    pub(crate) kind: Kind,
+    pub(crate) krate: syn::Path,
+    pub(crate) id: String,
+    pub(crate) function: Function,
+    pub(crate) resource: Resource,
+    pub(crate) errors: ErrorsMode,
+    pub(crate) backoff: Option<Duration>,
+    pub(crate) retries: Option<u32>,
+    pub(crate) retry_timeout: Option<Duration>,
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) initial_delay: Option<Delay>,
+    /// Daemons and timers: `finalizer` (default `true`); `#[on_delete]`: `!optional`; the other
+    /// change handlers never hold it.
+    pub(crate) finalizer: bool,
+    pub(crate) cancellation_backoff: Option<Duration>,
+    pub(crate) cancellation_timeout: Option<Duration>,
+    pub(crate) cancellation_polling: Option<Duration>,
+    pub(crate) schedule: Schedule,
+    pub(crate) labels: Vec<(String, MetaFilter)>,
+    pub(crate) annotations: Vec<(String, MetaFilter)>,
+    /// The filter on a field (on `#[on_update(field = ...)]`, only with a `value`).
+    pub(crate) field: Option<Field>,
+    /// `#[on_update(field = ...)]`: the field whose change calls the handler.
+    pub(crate) watch: Option<Watched>,
+    /// `when`: a path to a `fn(&K) -> bool` (or a non-capturing closure).
+    pub(crate) when: Option<Expr>,
 }
 
-impl Kind {
-    pub(crate) fn attr(self) -> &'static str {
-        match self {
-            Self::Daemon => "#[daemon]",
-            Self::Timer => "#[timer]",
-            Self::Create => "#[on_create]",
-            Self::Update => "#[on_update]",
-            Self::Delete => "#[on_delete]",
-            Self::Resume => "#[on_resume]",
-        }
-    }
+/// The handler function, as the generated code calls it.
+#[derive(Debug, Clone)]
+pub(crate) struct Function {
+    pub(crate) ident: Ident,
+    pub(crate) is_async: bool,
+    /// Every parameter's type, in order (injected by type).
+    pub(crate) params: Vec<Type>,
+    /// The declared return type (`None`: `()`).
+    pub(crate) output: Option<Type>,
+}
 
-    /// Whether this is a change handler (`#[on_create]`, `#[on_update]`, `#[on_delete]`,
-    /// `#[on_resume]`): called once per change of the object rather than kept running.
-    pub(crate) fn is_change(self) -> bool {
-        !matches!(self, Self::Daemon | Self::Timer)
-    }
+/// What a handler's error means unless it says otherwise (`errors = "..."`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ErrorsMode {
+    Temporary,
+    Permanent,
+    Ignored,
 }
 
 /// Where the resource identity comes from.
@@ -60,6 +79,7 @@ pub(crate) enum Resource {
 #[derive(Debug, Clone)]
 pub(crate) enum Delay {
     Fixed(Duration),
+    /// A path to a `fn(&K) -> Duration` (or a non-capturing closure).
     Computed(Expr),
 }
 
@@ -82,7 +102,24 @@ pub(crate) struct Cron {
     pub(crate) expr: String,
     /// As written, or `"UTC"`.
     pub(crate) tz: String,
-    pub(crate) missed: MissedArg,
+    pub(crate) missed: Missed,
+}
+
+/// What a cron timer does about the occurrences it missed while no operator ran it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Missed {
+    Skip,
+    RunOnce,
+}
+
+/// The condition on one label or annotation key.
+#[derive(Debug, Clone)]
+pub(crate) enum MetaFilter {
+    Equals(String),
+    Present,
+    Absent,
+    /// A path to a `fn(Option<&str>) -> bool` (or a non-capturing closure).
+    Predicate(Expr),
 }
 
 /// `field = "a.b"` with its condition (`present` when no `value` is given).
@@ -90,7 +127,26 @@ pub(crate) struct Cron {
 pub(crate) struct Field {
     pub(crate) path: String,
     pub(crate) segments: Vec<String>,
-    pub(crate) value: ValueArg,
+    pub(crate) value: ValueFilter,
+}
+
+/// The condition on a field's value.
+#[derive(Debug, Clone)]
+pub(crate) enum ValueFilter {
+    Equals(JsonLiteral),
+    Present,
+    Absent,
+    /// A path to a `fn(Option<&serde_json::Value>) -> bool` (or a non-capturing closure).
+    Predicate(Expr),
+}
+
+/// A JSON literal a field's value is compared with.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum JsonLiteral {
+    Str(String),
+    Int(i64),
+    Float(f64),
+    Bool(bool),
 }
 
 /// `#[on_update(field = "a.b")]`: the field whose change calls the handler.
@@ -98,113 +154,4 @@ pub(crate) struct Field {
 pub(crate) struct Watched {
     pub(crate) path: String,
     pub(crate) segments: Vec<String>,
-}
-
-/// Everything code generation needs, validated.
-#[derive(Debug, Clone)]
-pub(crate) struct HandlerModel {
-    pub(crate) kind: Kind,
-    pub(crate) krate: syn::Path,
-    pub(crate) id: String,
-    pub(crate) sig: Signature,
-    pub(crate) resource: Resource,
-    pub(crate) errors: ErrorsArg,
-    pub(crate) backoff: Option<Duration>,
-    pub(crate) retries: Option<u32>,
-    pub(crate) retry_timeout: Option<Duration>,
-    pub(crate) timeout: Option<Duration>,
-    pub(crate) initial_delay: Option<Delay>,
-    /// Daemons and timers: `finalizer` (default `true`); `#[on_delete]`: `!optional`; the other
-    /// change handlers never hold it.
-    pub(crate) finalizer: bool,
-    pub(crate) cancellation_backoff: Option<Duration>,
-    pub(crate) cancellation_timeout: Option<Duration>,
-    pub(crate) cancellation_polling: Option<Duration>,
-    pub(crate) schedule: Schedule,
-    pub(crate) labels: Vec<(String, MetaCondition)>,
-    pub(crate) annotations: Vec<(String, MetaCondition)>,
-    /// The filter on a field (on `#[on_update(field = ...)]`, only with a `value`).
-    pub(crate) field: Option<Field>,
-    /// `#[on_update(field = ...)]`: the field whose change calls the handler.
-    pub(crate) watch: Option<Watched>,
-    pub(crate) when: Option<Expr>,
-}
-
-impl HandlerModel {
-    /// Validates the options against each other and the signature; all errors together.
-    /// `attr_span` is where "missing option" errors point (the attribute).
-    pub(crate) fn build(
-        kind: Kind,
-        args: RawArgs,
-        sig: Signature,
-        attr_span: Span,
-    ) -> darling::Result<Self> {
-        let mut errors = darling::Error::accumulator();
-        let id = errors.handle(validate::id(args.id.as_ref(), &sig.ident));
-        let resource = errors.handle(validate::resource(&args, &sig));
-        let schedule = errors.handle(validate::schedule(kind, &args, attr_span));
-        let labels = errors.handle(validate::meta_filters(args.labels.as_ref(), true));
-        let annotations = errors.handle(validate::meta_filters(args.annotations.as_ref(), false));
-        let field = errors.handle(validate::field(args.field.as_ref(), args.value.as_ref()));
-        errors.handle(change::params(kind, &sig, args.field.is_some()));
-        errors.handle(validate::durations(&args));
-        errors.handle(validate::retries(args.retries.as_ref()));
-        errors.finish()?;
-        let (
-            Some(id),
-            Some(resource),
-            Some(schedule),
-            Some(labels),
-            Some(annotations),
-            Some(field),
-        ) = (id, resource, schedule, labels, annotations, field)
-        else {
-            // Each stage either succeeded or pushed an error, so this is not reached.
-            return Err(darling::Error::custom(
-                "kopf-macros: internal validation error",
-            ));
-        };
-        let (field, watch) = change::watch(kind, field, args.value.is_some());
-        let krate = args
-            .krate
-            .map_or_else(|| syn::parse_quote!(::kopf_runtime), |c| c.0);
-        Ok(Self {
-            kind,
-            krate,
-            id,
-            sig,
-            resource,
-            errors: args.errors.map_or(ErrorsArg::Temporary, |e| *e),
-            backoff: args.backoff.map(|d| d.value),
-            retries: args.retries.map(|r| *r),
-            retry_timeout: args.retry_timeout.map(|d| d.value),
-            timeout: args.timeout.map(|d| d.value),
-            initial_delay: args.initial_delay.map(|delay| match delay {
-                crate::args::DelayArg::Fixed(d) => Delay::Fixed(d.value),
-                crate::args::DelayArg::Computed(f) => Delay::Computed(f.0),
-            }),
-            finalizer: match kind {
-                Kind::Daemon | Kind::Timer => args.finalizer.is_none_or(|f| *f),
-                Kind::Delete => !args.optional.is_some_and(|o| o.0),
-                Kind::Create | Kind::Update | Kind::Resume => false,
-            },
-            cancellation_backoff: args.cancellation_backoff.map(|d| d.value),
-            cancellation_timeout: args.cancellation_timeout.map(|d| d.value),
-            cancellation_polling: args.cancellation_polling.map(|d| d.value),
-            schedule,
-            labels,
-            annotations,
-            field,
-            watch,
-            when: args.when.map(|w| w.0),
-        })
-    }
-
-    /// The type objects decode into.
-    pub(crate) fn object_type(&self) -> Option<&Type> {
-        match &self.resource {
-            Resource::Static { object } => Some(object),
-            Resource::Dynamic { object, .. } => object.as_ref(),
-        }
-    }
 }

@@ -5,11 +5,12 @@ use proc_macro2::TokenStream;
 use quote::quote;
 use syn::ItemFn;
 
-use crate::args::MissedArg;
 use crate::expand::{expand, model};
-use crate::model::{Cron, Delay, HandlerModel, Kind, Resource};
+use crate::kind::Kind;
+use crate::model::{Delay, HandlerModel, Resource};
 
 mod change;
+mod cron;
 
 fn build(kind: Kind, args: TokenStream, func: TokenStream) -> darling::Result<HandlerModel> {
     let func: ItemFn = syn::parse2(func).expect("test input is a function");
@@ -33,7 +34,7 @@ fn pod_daemon() -> TokenStream {
 fn defaults() {
     let m = build(Kind::Daemon, quote!(), pod_daemon()).unwrap();
     assert_eq!(m.id, "monitor");
-    assert!(m.finalizer && m.sig.is_async);
+    assert!(m.finalizer && m.function.is_async);
     assert!(matches!(m.resource, Resource::Static { .. }));
     assert_eq!(m.backoff, None);
     assert!(m.labels.is_empty() && m.field.is_none() && m.when.is_none());
@@ -98,171 +99,6 @@ fn timer_schedule() {
     assert!(m.schedule.sharp && !m.schedule.once);
     let once = build(Kind::Timer, quote!(once), pod_daemon()).unwrap();
     assert!(once.schedule.once);
-}
-
-#[test]
-fn cron_schedule() {
-    let m = build(
-        Kind::Timer,
-        quote!(
-            cron = "0 3 * * MON-FRI",
-            tz = "Europe/Berlin",
-            missed = "run_once",
-            jitter = "5m"
-        ),
-        pod_daemon(),
-    )
-    .unwrap();
-    assert_eq!(
-        m.schedule.cron,
-        Some(Cron {
-            expr: "0 3 * * MON-FRI".to_owned(),
-            tz: "Europe/Berlin".to_owned(),
-            missed: MissedArg::RunOnce,
-        })
-    );
-    assert_eq!(m.schedule.jitter, Some(std::time::Duration::from_secs(300)));
-    assert!(m.schedule.interval.is_none() && m.schedule.idle.is_none());
-    assert!(!m.schedule.sharp && !m.schedule.once);
-
-    // Defaults: UTC, skip; seconds first and nicknames parse too.
-    for expr in ["*/15 * * * *", "30 0 3 * * *", "@daily", "0 0 29 2 *"] {
-        let m = build(Kind::Timer, quote!(cron = #expr), pod_daemon()).unwrap();
-        let cron = m.schedule.cron.expect("a cron schedule");
-        assert_eq!((cron.expr.as_str(), cron.tz.as_str()), (expr, "UTC"));
-        assert_eq!(cron.missed, MissedArg::Skip);
-    }
-    let plain = build(Kind::Timer, quote!(interval = "1m"), pod_daemon()).unwrap();
-    assert_eq!(plain.schedule.cron, None);
-}
-
-#[test]
-fn cron_mistakes() {
-    let cases: [(TokenStream, &str); 14] = [
-        (
-            quote!(cron = "0 3 * *"),
-            "invalid cron expression \"0 3 * *\"",
-        ),
-        (quote!(cron = "0 25 * * *"), "6 fields with seconds first"),
-        (quote!(cron = ""), "invalid cron expression"),
-        (quote!(cron = "0 0 31 2 *"), "never matches"),
-        (
-            quote!(cron = "@daily", tz = "Europe/Berln"),
-            "did you mean `Europe/Berlin`?",
-        ),
-        (
-            quote!(cron = "@daily", tz = "Mars/Olympus"),
-            "unknown time zone \"Mars/Olympus\"",
-        ),
-        (
-            quote!(interval = "1m", tz = "UTC"),
-            "`tz` only applies to a `cron` schedule",
-        ),
-        (
-            quote!(cron = "@daily", missed = "later"),
-            "unknown `missed` value \"later\"",
-        ),
-        (
-            quote!(once, missed = "skip"),
-            "`missed` only applies to a `cron` schedule",
-        ),
-        (
-            quote!(cron = "@daily", interval = "1m"),
-            "`interval` cannot be combined with `cron`",
-        ),
-        (
-            quote!(cron = "@daily", idle = "1m"),
-            "`idle` cannot be combined with `cron`",
-        ),
-        (
-            quote!(cron = "@daily", sharp),
-            "`sharp` cannot be combined with `cron`",
-        ),
-        (
-            quote!(cron = "@daily", initial_delay = f),
-            "`initial_delay` cannot be combined",
-        ),
-        (
-            quote!(cron = "@daily", once),
-            "`once` cannot be combined with `cron`",
-        ),
-    ];
-    for (args, expected) in cases {
-        let e = errors(Kind::Timer, args.clone(), pod_daemon());
-        assert!(e.iter().any(|e| e.contains(expected)), "{args}: {e:?}");
-    }
-}
-
-#[test]
-fn cron_conflicts_are_reported_once_each() {
-    // `sharp` without `interval` and `once` with `interval` are the cron check's to report.
-    let e = errors(
-        Kind::Timer,
-        quote!(cron = "@daily", sharp, once, interval = "1m"),
-        pod_daemon(),
-    );
-    assert_eq!(e.len(), 3, "{e:?}");
-    assert!(
-        e.iter()
-            .all(|e| e.contains("cannot be combined with `cron`")),
-        "{e:?}"
-    );
-    // A broken expression is still a schedule: no "needs a schedule" on top.
-    let e = errors(Kind::Timer, quote!(cron = "nonsense"), pod_daemon());
-    assert_eq!(e.len(), 1, "{e:?}");
-}
-
-#[test]
-fn cron_options_on_a_daemon_are_named() {
-    let e = errors(
-        Kind::Daemon,
-        quote!(cron = "@daily", tz = "UTC", missed = "skip"),
-        pod_daemon(),
-    );
-    assert_eq!(e.len(), 3, "{e:?}");
-    for name in ["cron", "tz", "missed"] {
-        let expected = format!("`{name}` is a `#[timer]` option");
-        assert!(e.iter().any(|e| e.contains(&expected)), "{e:?}");
-    }
-}
-
-#[test]
-fn time_zone_suggestions() {
-    let closest = crate::cron::closest_zones;
-    assert_eq!(closest("Europe/Berln"), ["Europe/Berlin"]);
-    assert_eq!(closest("Berlin"), ["Europe/Berlin"]);
-    assert_eq!(closest("America/NewYork"), ["America/New_York"]);
-    assert!(closest("xyzzy").is_empty());
-    assert!(closest("").is_empty());
-    let e = errors(
-        Kind::Timer,
-        quote!(cron = "@daily", tz = "UTC+1"),
-        pod_daemon(),
-    );
-    assert!(e[0].contains("did you mean `Etc/GMT-1`?"), "{e:?}");
-}
-
-#[test]
-fn cron_codegen() {
-    let out = expand(
-        Kind::Timer,
-        quote!(cron = "0 3 * * *", missed = "run_once"),
-        pod_daemon(),
-    )
-    .to_string();
-    assert!(
-        out.contains(
-            "cron : :: core :: option :: Option :: Some (:: kopf_runtime :: engine :: \
-             CronSchedule { expr : \"0 3 * * *\" , tz : \"UTC\" , missed : :: kopf_runtime :: \
-             engine :: Missed :: RunOnce , })"
-        ),
-        "{out}"
-    );
-    let out = expand(Kind::Timer, quote!(idle = "1m"), pod_daemon()).to_string();
-    assert!(
-        out.contains("cron : :: core :: option :: Option :: None"),
-        "{out}"
-    );
 }
 
 #[test]

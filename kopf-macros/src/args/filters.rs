@@ -28,9 +28,9 @@ pub(crate) struct MetaEntry {
     pub(crate) value_span: Span,
 }
 
-/// The entries of `labels(...)` or `annotations(...)`, as written (validated in the model).
+/// The entries of `labels(...)` or `annotations(...)`, as written (checked by `crate::validate`).
 #[derive(Debug, Clone, Default)]
-pub(crate) struct MetaFilters(pub(crate) Vec<MetaEntry>);
+pub(crate) struct MetaArg(pub(crate) Vec<MetaEntry>);
 
 struct RawEntry {
     key: String,
@@ -84,7 +84,7 @@ fn condition(value: &Expr) -> darling::Result<MetaCondition> {
     }
 }
 
-fn entries(tokens: proc_macro2::TokenStream) -> darling::Result<MetaFilters> {
+fn entries(tokens: proc_macro2::TokenStream) -> darling::Result<MetaArg> {
     let parsed = Punctuated::<RawEntry, Token![,]>::parse_terminated.parse2(tokens)?;
     let mut errors = darling::Error::accumulator();
     let mut out = Vec::new();
@@ -102,10 +102,10 @@ fn entries(tokens: proc_macro2::TokenStream) -> darling::Result<MetaFilters> {
             });
         }
     }
-    errors.finish_with(MetaFilters(out))
+    errors.finish_with(MetaArg(out))
 }
 
-impl FromMeta for MetaFilters {
+impl FromMeta for MetaArg {
     fn from_meta(item: &Meta) -> darling::Result<Self> {
         match item {
             Meta::List(list) => entries(list.tokens.clone()),

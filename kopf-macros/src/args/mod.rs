@@ -1,4 +1,6 @@
-//! Stage 1: the attribute's options as written, parsed with darling.
+//! Stage 1a: the attribute's options as written, parsed with darling. Each value is parsed on
+//! its own (a duration, a path, a literal); which options a kind of handler takes and how they
+//! combine is the business of [`crate::validate`]. Imports nothing outside this folder.
 
 pub(crate) mod duration;
 pub(crate) mod filters;
@@ -10,15 +12,13 @@ use darling::util::SpannedValue;
 use proc_macro2::TokenStream;
 
 pub(crate) use duration::DurationArg;
-pub(crate) use filters::{MetaCondition, MetaFilters};
+pub(crate) use filters::{MetaArg, MetaCondition};
 pub(crate) use values::{
     Callable, CratePath, DelayArg, ErrorsArg, Flag, Literal, MissedArg, ValueArg,
 };
 
-use crate::model::Kind;
-
 /// Every option of every kind of handler, as written. Which ones a kind accepts and how
-/// they combine is checked in [`crate::model`].
+/// they combine is checked in [`crate::validate`].
 #[derive(Debug, Default, FromMeta)]
 pub(crate) struct RawArgs {
     pub(crate) id: Option<SpannedValue<String>>,
@@ -28,8 +28,8 @@ pub(crate) struct RawArgs {
     pub(crate) retry_timeout: Option<DurationArg>,
     pub(crate) timeout: Option<DurationArg>,
     pub(crate) initial_delay: Option<DelayArg>,
-    pub(crate) labels: Option<SpannedValue<MetaFilters>>,
-    pub(crate) annotations: Option<SpannedValue<MetaFilters>>,
+    pub(crate) labels: Option<SpannedValue<MetaArg>>,
+    pub(crate) annotations: Option<SpannedValue<MetaArg>>,
     pub(crate) field: Option<SpannedValue<String>>,
     pub(crate) value: Option<SpannedValue<ValueArg>>,
     pub(crate) when: Option<Callable>,
@@ -55,13 +55,6 @@ pub(crate) struct RawArgs {
     pub(crate) namespaced: Option<SpannedValue<bool>>,
 }
 
-/// Options only `#[timer]` accepts.
-pub(crate) const TIMER_ONLY: &[&str] = &[
-    "interval", "sharp", "idle", "jitter", "once", "cron", "tz", "missed",
-];
-/// Options only `#[daemon]` accepts.
-pub(crate) const DAEMON_ONLY: &[&str] = &["cancellation_polling"];
-
 fn option_name(item: &NestedMeta) -> Option<(String, &syn::Path)> {
     match item {
         NestedMeta::Meta(meta) => {
@@ -72,76 +65,17 @@ fn option_name(item: &NestedMeta) -> Option<(String, &syn::Path)> {
     }
 }
 
-/// Why `kind` rejects the option `name`, if it is an option of other kinds: such options are
-/// reported by name (rather than as unknown), with what to write instead.
-fn foreign(kind: Kind, name: &str) -> Option<String> {
-    let attr = kind.attr();
-    let runs = match kind {
-        Kind::Timer => None,
-        Kind::Daemon => Some("a daemon runs once per object for as long as it matches"),
-        Kind::Create => Some("`#[on_create]` runs once, when the object appears"),
-        Kind::Update => Some("`#[on_update]` runs once per change of the object"),
-        Kind::Delete => Some("`#[on_delete]` runs once, when the object is being deleted"),
-        Kind::Resume => {
-            Some("`#[on_resume]` runs once, when the operator starts watching the object")
-        }
-    };
-    if let Some(runs) = runs.filter(|_| TIMER_ONLY.contains(&name)) {
-        return Some(format!(
-            "`{name}` is a `#[timer]` option: {runs}; use `#[timer]` for scheduled runs"
-        ));
-    }
-    if DAEMON_ONLY.contains(&name) && kind != Kind::Daemon {
-        let who = if kind == Kind::Timer {
-            "timers"
-        } else {
-            "change handlers"
-        };
-        return Some(format!(
-            "`{name}` is a `#[daemon]` option: {who} are stopped with `cancellation_backoff` \
-             and `cancellation_timeout` only"
-        ));
-    }
-    match (name, kind) {
-        ("initial_delay", kind) if kind.is_change() => Some(format!(
-            "`initial_delay` is a `#[daemon]` and `#[timer]` option: `{attr}` runs as soon as \
-             the change is seen (`backoff` spaces its retries)"
-        )),
-        ("finalizer", Kind::Delete) => Some(
-            "`finalizer` does not apply to `#[on_delete]`: a delete handler holds the object's \
-             finalizer until it is done; write `optional = true` for one that must not \
-             block deletion"
-                .to_owned(),
-        ),
-        ("finalizer", kind) if kind.is_change() => Some(format!(
-            "`finalizer` does not apply to `{attr}`: it never holds the object's finalizer (only \
-             `#[on_delete]`, daemons and timers do)"
-        )),
-        ("optional", Kind::Daemon | Kind::Timer) => Some(format!(
-            "`optional` only applies to `#[on_delete]`: only `#[on_delete]` can be optional; a \
-             {} that must not block deletion has `finalizer = false`",
-            if kind == Kind::Daemon {
-                "daemon"
-            } else {
-                "timer"
-            }
-        )),
-        ("optional", Kind::Create | Kind::Update | Kind::Resume) => Some(format!(
-            "`optional` only applies to `#[on_delete]`: only `#[on_delete]` can be optional (a \
-             delete handler that does not block deletion); `{attr}` never blocks deletion"
-        )),
-        _ => None,
-    }
-}
-
-/// Parses the attribute's tokens. Options of another kind are reported by name (rather than
-/// as unknown) and left out; all errors are collected.
-pub(crate) fn parse(kind: Kind, tokens: TokenStream) -> darling::Result<RawArgs> {
+/// Parses the attribute's tokens. Options `refuse` gives a reason for (those of another kind of
+/// handler) are reported with that reason, on their name, and left out; all errors are collected.
+pub(crate) fn parse(
+    tokens: TokenStream,
+    refuse: impl Fn(&str) -> Option<String>,
+) -> darling::Result<RawArgs> {
     let items = NestedMeta::parse_meta_list(tokens)?;
     let mut errors = darling::Error::accumulator();
     let mut kept = Vec::with_capacity(items.len());
     for item in items {
-        match option_name(&item).and_then(|(name, path)| Some((foreign(kind, &name)?, path))) {
+        match option_name(&item).and_then(|(name, path)| Some((refuse(&name)?, path))) {
             Some((msg, path)) => errors.push(darling::Error::custom(msg).with_span(path)),
             None => kept.push(item),
         }

@@ -6,17 +6,18 @@ use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 
 use super::respan;
-use crate::model::{HandlerModel, Kind};
+use crate::kind::Kind;
+use crate::model::HandlerModel;
 
 /// `let __kopf_arg_N = <Ty as Inject<K>>::inject(..)?;`, spanned on each parameter type so an
 /// injection failure points at it.
 fn injections(model: &HandlerModel, object: &TokenStream) -> (Vec<TokenStream>, Vec<syn::Ident>) {
     let krate = &model.krate;
-    let names: Vec<syn::Ident> = (0..model.sig.params.len())
+    let names: Vec<syn::Ident> = (0..model.function.params.len())
         .map(|i| format_ident!("__kopf_arg_{}", i, span = Span::mixed_site()))
         .collect();
     let lets = model
-        .sig
+        .function
         .params
         .iter()
         .zip(&names)
@@ -33,7 +34,7 @@ fn injections(model: &HandlerModel, object: &TokenStream) -> (Vec<TokenStream>, 
 fn blocking_checks(model: &HandlerModel) -> Vec<TokenStream> {
     let krate = &model.krate;
     model
-        .sig
+        .function
         .params
         .iter()
         .map(|ty| quote_spanned!(ty.span()=> #krate::__private::assert_blocking_safe::<#ty>();))
@@ -51,10 +52,10 @@ fn convert(model: &HandlerModel, value: &TokenStream) -> TokenStream {
         }
     };
     let span = model
-        .sig
+        .function
         .output
         .as_ref()
-        .map_or_else(|| model.sig.ident.span(), Spanned::span);
+        .map_or_else(|| model.function.ident.span(), Spanned::span);
     // Every token of the conversion, and the value's name, sit on the return type, so an
     // unsupported return type is reported there.
     let convert = respan(
@@ -70,10 +71,10 @@ fn convert(model: &HandlerModel, value: &TokenStream) -> TokenStream {
 
 pub(crate) fn invoke_fn(model: &HandlerModel, object: &TokenStream) -> TokenStream {
     let krate = &model.krate;
-    let ident = &model.sig.ident;
+    let ident = &model.function.ident;
     let (lets, args) = injections(model, object);
     let call = quote!(#ident(#(#args),*));
-    let (checks, run) = if model.sig.is_async {
+    let (checks, run) = if model.function.is_async {
         // Spanned on the function's name: a non-`Send` future is reported there, with rustc's
         // note pointing at the value held across `.await` in the user's body.
         let converted = convert(model, &quote!(#call.await));

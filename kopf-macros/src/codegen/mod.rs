@@ -30,10 +30,18 @@ pub(crate) fn respan(tokens: TokenStream, span: Span) -> TokenStream {
         .collect()
 }
 
-/// The type objects decode into.
+/// The type objects decode into, if the function or the attribute names it.
+fn named_object_type(model: &HandlerModel) -> Option<&syn::Type> {
+    match &model.resource {
+        Resource::Static { object } => Some(object),
+        Resource::Dynamic { object, .. } => object.as_ref(),
+    }
+}
+
+/// The type objects decode into (`DynamicObject` unless named).
 fn object_type(model: &HandlerModel) -> TokenStream {
     let krate = &model.krate;
-    match model.object_type() {
+    match named_object_type(model) {
         Some(ty) => quote!(#ty),
         None => quote!(#krate::__private::DynamicObject),
     }
@@ -99,7 +107,7 @@ fn initial_delay_fn(model: &HandlerModel, object: &TokenStream) -> TokenStream {
 pub(crate) fn generate(model: &HandlerModel) -> TokenStream {
     let krate = &model.krate;
     let object = object_type(model);
-    let object_decl = match model.object_type() {
+    let object_decl = match named_object_type(model) {
         Some(ty) => quote_spanned!(ty.span()=> type Resource = #object;),
         None => quote!(type Resource = #object;),
     };

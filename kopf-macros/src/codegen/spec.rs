@@ -6,8 +6,11 @@ use proc_macro2::{Literal, TokenStream};
 use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
 
-use crate::args::{ErrorsArg, Literal as JsonLit, MetaCondition, MissedArg, ValueArg};
-use crate::model::{Cron, Field, HandlerModel, Kind, Watched};
+use crate::kind::Kind;
+use crate::model::{
+    Cron, Delay, ErrorsMode, Field, HandlerModel, JsonLiteral, MetaFilter, Missed, ValueFilter,
+    Watched,
+};
 
 /// `::core::time::Duration::new(secs, nanos)`.
 pub(crate) fn duration(d: Duration) -> TokenStream {
@@ -26,14 +29,13 @@ fn opt_duration(d: Option<Duration>) -> TokenStream {
     }
 }
 
-fn meta_filters(krate: &syn::Path, entries: &[(String, MetaCondition)]) -> TokenStream {
+fn meta_filters(krate: &syn::Path, entries: &[(String, MetaFilter)]) -> TokenStream {
     let items = entries.iter().map(|(key, condition)| {
         let filter = match condition {
-            MetaCondition::Equals(v) => quote!(#krate::engine::MetaFilter::Equals(#v)),
-            MetaCondition::Present => quote!(#krate::engine::MetaFilter::Present),
-            MetaCondition::Absent => quote!(#krate::engine::MetaFilter::Absent),
-            MetaCondition::Predicate(f) => {
-                let f = &f.0;
+            MetaFilter::Equals(v) => quote!(#krate::engine::MetaFilter::Equals(#v)),
+            MetaFilter::Present => quote!(#krate::engine::MetaFilter::Present),
+            MetaFilter::Absent => quote!(#krate::engine::MetaFilter::Absent),
+            MetaFilter::Predicate(f) => {
                 quote_spanned!(f.span()=> #krate::engine::MetaFilter::Predicate(#f))
             }
         };
@@ -52,25 +54,24 @@ fn field(krate: &syn::Path, field: Option<&Field>) -> TokenStream {
         return quote!(::core::option::Option::None);
     };
     let value = match value {
-        ValueArg::Present => quote!(#krate::engine::ValueFilter::Present),
-        ValueArg::Absent => quote!(#krate::engine::ValueFilter::Absent),
-        ValueArg::Equals(lit) => {
+        ValueFilter::Present => quote!(#krate::engine::ValueFilter::Present),
+        ValueFilter::Absent => quote!(#krate::engine::ValueFilter::Absent),
+        ValueFilter::Equals(lit) => {
             let lit = match lit {
-                JsonLit::Str(s) => quote!(#krate::engine::JsonLiteral::Str(#s)),
-                JsonLit::Int(i) => {
+                JsonLiteral::Str(s) => quote!(#krate::engine::JsonLiteral::Str(#s)),
+                JsonLiteral::Int(i) => {
                     let i = Literal::i64_suffixed(*i);
                     quote!(#krate::engine::JsonLiteral::Int(#i))
                 }
-                JsonLit::Float(f) => {
+                JsonLiteral::Float(f) => {
                     let f = Literal::f64_suffixed(*f);
                     quote!(#krate::engine::JsonLiteral::Float(#f))
                 }
-                JsonLit::Bool(b) => quote!(#krate::engine::JsonLiteral::Bool(#b)),
+                JsonLiteral::Bool(b) => quote!(#krate::engine::JsonLiteral::Bool(#b)),
             };
             quote!(#krate::engine::ValueFilter::Equals(#lit))
         }
-        ValueArg::Predicate(f) => {
-            let f = &f.0;
+        ValueFilter::Predicate(f) => {
             quote_spanned!(f.span()=> #krate::engine::ValueFilter::Predicate(#f))
         }
     };
@@ -110,11 +111,11 @@ pub(crate) fn spec(model: &HandlerModel) -> TokenStream {
         Kind::Resume => quote!(#krate::engine::HandlerKind::Resume),
     };
     let errors = match model.errors {
-        ErrorsArg::Temporary => quote!(#krate::engine::ErrorsMode::Temporary),
-        ErrorsArg::Permanent => quote!(#krate::engine::ErrorsMode::Permanent),
-        ErrorsArg::Ignored => quote!(#krate::engine::ErrorsMode::Ignored),
+        ErrorsMode::Temporary => quote!(#krate::engine::ErrorsMode::Temporary),
+        ErrorsMode::Permanent => quote!(#krate::engine::ErrorsMode::Permanent),
+        ErrorsMode::Ignored => quote!(#krate::engine::ErrorsMode::Ignored),
     };
-    let blocking = !model.sig.is_async;
+    let blocking = !model.function.is_async;
     let backoff = model.backoff.map_or_else(
         || quote!(#krate::engine::HandlerSpec::DEFAULT_BACKOFF),
         duration,
@@ -127,7 +128,7 @@ pub(crate) fn spec(model: &HandlerModel) -> TokenStream {
     let retry_timeout = opt_duration(model.retry_timeout);
     let timeout = opt_duration(model.timeout);
     let initial_delay = opt_duration(match &model.initial_delay {
-        Some(crate::model::Delay::Fixed(d)) => Some(*d),
+        Some(Delay::Fixed(d)) => Some(*d),
         _ => None,
     });
     let finalizer = model.finalizer;
@@ -179,8 +180,8 @@ fn cron(krate: &syn::Path, cron: Option<&Cron>) -> TokenStream {
         return quote!(::core::option::Option::None);
     };
     let missed = match missed {
-        MissedArg::Skip => quote!(#krate::engine::Missed::Skip),
-        MissedArg::RunOnce => quote!(#krate::engine::Missed::RunOnce),
+        Missed::Skip => quote!(#krate::engine::Missed::Skip),
+        Missed::RunOnce => quote!(#krate::engine::Missed::RunOnce),
     };
     quote! {
         ::core::option::Option::Some(#krate::engine::CronSchedule {

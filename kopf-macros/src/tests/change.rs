@@ -6,7 +6,7 @@ use quote::quote;
 
 use super::{build, errors};
 use crate::expand::expand;
-use crate::model::Kind;
+use crate::kind::Kind;
 
 const CHANGE_KINDS: [Kind; 4] = [Kind::Create, Kind::Update, Kind::Delete, Kind::Resume];
 

@@ -1,14 +1,14 @@
 //! The checks of a wall-clock schedule (`cron`, `tz`, `missed`) behind
-//! [`crate::validate::schedule`]: the expression parsed as the runtime parses it, the time zone
+//! [`super::timer::schedule`]: the expression parsed as the runtime parses it, the time zone
 //! looked up in the database the runtime bundles, and the options a cron timer excludes.
 
 use croner::parser::{CronParser, Seconds};
 use darling::util::SpannedValue;
 use syn::spanned::Spanned;
 
+use super::error::err;
 use crate::args::{DelayArg, MissedArg, RawArgs};
-use crate::model::Cron;
-use crate::validate::err;
+use crate::model::{Cron, Missed};
 
 /// The time zone of a `cron` without `tz`.
 const DEFAULT_TZ: &str = "UTC";
@@ -45,7 +45,10 @@ pub(crate) fn cron(args: &RawArgs) -> darling::Result<Option<Cron>> {
             .as_ref()
             .map_or(DEFAULT_TZ, |tz| tz.as_str())
             .to_owned(),
-        missed: args.missed.as_ref().map_or(MissedArg::Skip, |m| **m),
+        missed: match args.missed.as_ref().map_or(MissedArg::Skip, |m| **m) {
+            MissedArg::Skip => Missed::Skip,
+            MissedArg::RunOnce => Missed::RunOnce,
+        },
     }))
 }
 
@@ -145,7 +148,7 @@ fn fixed_offset(name: &str) -> Option<String> {
 
 /// Up to three zone names close to `name` (compared whole and by their last segment, so that
 /// `Berlin` finds `Europe/Berlin`), best first.
-pub(crate) fn closest_zones(name: &str) -> Vec<String> {
+fn closest_zones(name: &str) -> Vec<String> {
     const THRESHOLD: f64 = 0.85;
     const TIE: f64 = 0.015;
     let wanted = name.trim().to_ascii_lowercase();
@@ -220,4 +223,18 @@ fn conflicts(args: &RawArgs) -> darling::Result<()> {
         ));
     }
     errors.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::closest_zones as closest;
+
+    #[test]
+    fn time_zone_suggestions() {
+        assert_eq!(closest("Europe/Berln"), ["Europe/Berlin"]);
+        assert_eq!(closest("Berlin"), ["Europe/Berlin"]);
+        assert_eq!(closest("America/NewYork"), ["America/New_York"]);
+        assert!(closest("xyzzy").is_empty());
+        assert!(closest("").is_empty());
+    }
 }

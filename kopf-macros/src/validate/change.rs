@@ -1,12 +1,14 @@
 //! The checks specific to the change handlers (`#[on_create]`, `#[on_update]`, `#[on_delete]`,
-//! `#[on_resume]`) behind [`crate::model::HandlerModel::build`]: what `field` means on
+//! `#[on_resume]`) behind [`super::model`]: what `field` means on
 //! `#[on_update]`, and the parameters only some kinds are given.
 
 use proc_macro2::Span;
 use syn::{Type, TypePath};
 
-use crate::model::{Field, Kind, Watched};
-use crate::validate::err;
+use super::error::err;
+use crate::kind::Kind;
+use crate::model::{Field, Watched};
+use crate::signature::Signature;
 
 /// Splits `field`/`value` into the filter and the watched field. On `#[on_update]`, `field` is
 /// the field whose change calls the handler, and a `value`, if given, stays a filter on its new
@@ -72,11 +74,7 @@ fn refused(kind: Kind, name: &str, watching: bool) -> Option<String> {
 
 /// Parameters only some kinds are given: `FieldChange<T>` (`#[on_update]` with a watched
 /// `field`), `Old<K>` and `Diff` (`#[on_update]`). Each error is on the parameter's type name.
-pub(crate) fn params(
-    kind: Kind,
-    sig: &crate::signature::Signature,
-    watching: bool,
-) -> darling::Result<()> {
+pub(crate) fn params(kind: Kind, sig: &Signature, watching: bool) -> darling::Result<()> {
     let mut errors = darling::Error::accumulator();
     for ty in &sig.params {
         let Some((name, span)) = type_name(ty) else {
