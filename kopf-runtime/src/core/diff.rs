@@ -246,6 +246,34 @@ mod tests {
         );
     }
 
+    /// kopf's rule: the diff is of the essence, which holds no bookkeeping of the operator (nor
+    /// of kopf) and no `kubectl` copy of the object, so `kubectl apply` of one spec field and
+    /// the operator's own writes name only that field.
+    #[test]
+    fn bookkeeping_and_last_applied_annotations_are_not_in_the_diff() {
+        let applied = "kubectl.kubernetes.io/last-applied-configuration";
+        let old = json!({"metadata": {"annotations": {
+            "team": "blue",
+            applied: r#"{"spec":{"size":1}}"#,
+            "kopf.dev/op.last-handled": r#"{"d":"0000000000000001","u":"u1","v":1}"#,
+        }}, "spec": {"size": 1}});
+        let new = json!({"metadata": {"annotations": {
+            "team": "blue",
+            applied: r#"{"spec":{"size":2}}"#,
+            "kopf.dev/op.last-handled": r#"{"d":"0000000000000002","u":"u1","v":1}"#,
+            "kopf.dev/op.progress": r#"{"c":"update","h":{},"u":"u1","v":1}"#,
+            "kopf.dev/op.tick.cron": "2026-06-01T10:00:00Z",
+            "kopf.zalando.org/last-handled-configuration": "{}",
+        }}, "spec": {"size": 2}});
+        assert_eq!(ops(&old, &new), [(DiffOp::Change, "spec.size".to_owned())]);
+        let bare = json!({"spec": {"size": 1}});
+        let booked = json!({"metadata": {"annotations": {applied: "{}"}}, "spec": {"size": 2}});
+        assert_eq!(
+            ops(&bare, &booked),
+            [(DiffOp::Change, "spec.size".to_owned())]
+        );
+    }
+
     #[test]
     fn null_is_absent_and_a_type_change_is_a_change() {
         assert!(ops(&json!({"spec": {"a": null}}), &json!({"spec": {}})).is_empty());
