@@ -13,6 +13,7 @@ pub(crate) mod cron;
 pub(crate) mod diff;
 pub(crate) mod effects;
 pub(crate) mod erased;
+pub(crate) mod essence;
 pub(crate) mod filter;
 pub(crate) mod hash;
 pub(crate) mod memo;

@@ -11,13 +11,13 @@ use std::sync::{Arc, MutexGuard};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::essence;
 use super::runner::Runner;
 use super::state::{
     Active, Ended, Exit, InstanceShared, Lingering, ObjectEntry, Run, Seen, State, SupervisorCore,
 };
 use crate::core::effects::Effect;
 use crate::core::erased::MatchError;
+use crate::core::essence::{self, Owner};
 use crate::core::object::ObjectState;
 use crate::core::spec::HandlerKind;
 use crate::core::stop::StopReason;
@@ -65,7 +65,11 @@ impl SupervisorCore {
         let digest = (self.changes.as_ref()).map(|changes| changes.digest(object.body()));
         let essence = self.needs_essence.then(|| {
             let cfg = &self.config;
-            essence::fingerprint(object.body(), &cfg.finalizer, &cfg.annotation_prefix)
+            let owner = Owner {
+                prefix: &cfg.annotation_prefix,
+                finalizer: &cfg.finalizer,
+            };
+            essence::idle_fingerprint(object.body(), owner)
         });
         let uid = Arc::clone(&object.reference().uid);
         let mut state = self.lock();
