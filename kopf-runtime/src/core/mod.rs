@@ -20,6 +20,7 @@ pub(crate) mod memo;
 pub(crate) mod object;
 pub(crate) mod outcome;
 pub(crate) mod resource;
+pub(crate) mod result_patch;
 pub(crate) mod sink;
 pub(crate) mod spec;
 pub(crate) mod stop;
