@@ -50,56 +50,69 @@ fn with(mut body: Value, path: &[&str], value: Value) -> Value {
     body
 }
 
-/// An edit: where, and the value put there.
-type Edit = (Vec<&'static str>, Value);
-/// Which views see a change: (change, diff, idle).
-type Seen = (bool, bool, bool);
-
-/// Which views see a change from `old` to `new`.
-fn seen(old: &Value, new: &Value) -> Seen {
+/// Which views see a change from `old` to `new`: `c`hange, `d`iff and `i`dle, or `-`.
+fn seen(old: &Value, new: &Value) -> String {
     let cfg = EssenceCfg {
         own_prefix: PREFIX,
         watched: &[PHASE],
     };
-    (
+    let flags = [
         digest(old, &cfg) != digest(new, &cfg),
         essence(old, View::Diff, OWNER) != essence(new, View::Diff, OWNER),
         idle_fingerprint(old, OWNER) != idle_fingerprint(new, OWNER),
-    )
+    ];
+    (flags.iter().zip(['c', 'd', 'i']))
+        .map(|(seen, flag)| if *seen { flag } else { '-' })
+        .collect()
+}
+
+/// An edit: where, and the value put there (`null`: removed).
+type Edit = (Vec<&'static str>, Value);
+
+/// The edit of a metadata field.
+fn meta(key: &'static str, value: Value) -> Edit {
+    (vec!["metadata", key], value)
+}
+
+/// The edit of an annotation.
+fn note(key: &'static str, value: &str) -> Edit {
+    (vec!["metadata", "annotations", key], json!(value))
 }
 
 #[test]
 fn each_view_sees_the_changes_of_its_rules() {
-    let bookkeeping = r#"{"d":"0000000000000001","u":"u1","v":1}"#;
-    let applied = "kubectl.kubernetes.io/last-applied-configuration";
-    let annotation =
-        |key: &'static str, value: &str| (vec!["metadata", "annotations", key], json!(value));
+    let book = r#"{"d":"0000000000000001","u":"u1","v":1}"#;
+    let time = "2026-06-01T10:00:00Z";
+    let (kopf, kubectl) = (
+        "kopf.zalando.org/last-handled-configuration",
+        "kubectl.kubernetes.io/last-applied-configuration",
+    );
     #[rustfmt::skip]
-    let table: Vec<(&str, Edit, Seen)> = vec![
-        // What is edited                    where, to what                          change  diff  idle
-        ("spec",                  (vec!["spec", "size"], json!(2)),                  (true,  true,  true)),
-        ("another top-level key", (vec!["data"], json!({"k": "v"})),                 (true,  true,  true)),
-        ("a label",               (vec!["metadata", "labels", "app"], json!("y")),   (true,  true,  true)),
-        ("a user's annotation",   annotation("team", "red"),                         (true,  true,  true)),
-        ("our annotation",        annotation("kopf.dev/x", "1"),                     (false, false, false)),
-        ("our diff base",         annotation("kopf.dev/op.last-handled", bookkeeping), (false, false, false)),
-        ("our progress",          annotation("kopf.dev/op.progress", bookkeeping),   (false, false, false)),
-        ("another's diff base",   annotation("b.example.com/b.last-handled", bookkeeping), (false, false, false)),
-        ("another's cron record", annotation("b.example.com/b.t.cron", "2026-06-01T10:00:00Z"), (false, false, false)),
-        ("a look-alike of it",    annotation("x.io/job.cron", "@daily"),             (true,  true,  true)),
-        ("kopf's diff base",      annotation("kopf.zalando.org/last-handled-configuration", "{}"), (false, false, true)),
-        ("kubectl's copy",        annotation(applied, "{}"),                         (false, false, true)),
-        ("a watched status field", (vec!["status", "phase"], json!("Failed")),       (true,  false, false)),
-        ("another status field",  (vec!["status", "other"], json!(2)),               (false, false, false)),
-        ("the status, removed",   (vec!["status"], Value::Null),                     (true,  false, false)),
-        ("resourceVersion",       (vec!["metadata", "resourceVersion"], json!("2")), (false, false, false)),
-        ("generation",            (vec!["metadata", "generation"], json!(2)),        (false, false, false)),
-        ("managedFields",         (vec!["metadata", "managedFields"], json!([{}])),  (false, false, false)),
-        ("deletionTimestamp",     (vec!["metadata", "deletionTimestamp"], json!("2026-01-02T00:00:00Z")), (false, false, false)),
-        ("our finalizer, removed", (vec!["metadata", "finalizers"], Value::Null),    (false, false, false)),
-        ("another finalizer",     (vec!["metadata", "finalizers"], json!([FIN, "x.io/keep"])), (false, false, true)),
-        ("ownerReferences",       (vec!["metadata", "ownerReferences"], json!([{"uid": "p"}])), (false, false, true)),
-        ("apiVersion",            (vec!["apiVersion"], json!("kopf.dev/v2")),        (false, false, true)),
+    let table: Vec<(&str, Edit, &str)> = vec![
+        // what is edited       where, to what                                        seen by
+        ("spec",                (vec!["spec", "size"], json!(2)),                     "cdi"),
+        ("a top-level key",     (vec!["data"], json!({"k": "v"})),                    "cdi"),
+        ("a label",             (vec!["metadata", "labels", "app"], json!("y")),      "cdi"),
+        ("a user's annotation", note("team", "red"),                                  "cdi"),
+        ("our annotation",      note("kopf.dev/x", "1"),                              "---"),
+        ("our diff base",       note("kopf.dev/op.last-handled", book),               "---"),
+        ("our progress",        note("kopf.dev/op.progress", book),                   "---"),
+        ("another's diff base", note("b.example.com/b.last-handled", book),           "---"),
+        ("another's cron",      note("b.example.com/b.t.cron", time),                 "---"),
+        ("a look-alike",        note("x.io/job.cron", "@daily"),                      "cdi"),
+        ("kopf's diff base",    note(kopf, "{}"),                                     "--i"),
+        ("kubectl's copy",      note(kubectl, "{}"),                                  "--i"),
+        ("a watched status",    (vec!["status", "phase"], json!("Failed")),           "c--"),
+        ("another status",      (vec!["status", "other"], json!(2)),                  "---"),
+        ("no status",           (vec!["status"], Value::Null),                        "c--"),
+        ("resourceVersion",     meta("resourceVersion", json!("2")),                  "---"),
+        ("generation",          meta("generation", json!(2)),                         "---"),
+        ("managedFields",       meta("managedFields", json!([{}])),                   "---"),
+        ("deletionTimestamp",   meta("deletionTimestamp", json!(time)),               "---"),
+        ("no finalizer",        meta("finalizers", Value::Null),                      "---"),
+        ("another finalizer",   meta("finalizers", json!([FIN, "x.io/keep"])),        "--i"),
+        ("ownerReferences",     meta("ownerReferences", json!([{"uid": "p"}])),       "--i"),
+        ("apiVersion",          (vec!["apiVersion"], json!("kopf.dev/v2")),           "--i"),
     ];
     for (what, (path, value), expected) in table {
         let edited = with(base(), &path, value);
@@ -118,13 +131,13 @@ fn annotations_and_labels_left_empty_count_as_absent_where_the_view_says() {
         &["metadata", "annotations", "kopf.dev/x"],
         json!("1"),
     );
-    assert_eq!(seen(&bare, &booked), (false, false, false));
+    assert_eq!(seen(&bare, &booked), "---");
     let emptied = with(bare.clone(), &["metadata", "annotations"], json!({}));
-    assert_eq!(seen(&bare, &emptied), (false, false, false));
+    assert_eq!(seen(&bare, &emptied), "---");
     // Empty labels are absent for the change view only (the diff names them; idle resets).
     let unlabelled = with(bare.clone(), &["metadata", "labels"], Value::Null);
     let empty = with(bare, &["metadata", "labels"], json!({}));
-    assert_eq!(seen(&unlabelled, &empty), (false, true, true));
+    assert_eq!(seen(&unlabelled, &empty), "-di");
 }
 
 #[test]

@@ -2,9 +2,9 @@
 //! under `status.<handler id>`, merged into its own merge patch of the object:
 //!
 //! ```text
-//!   result 3, patch {"spec": {"a": 1}}   ──>   {"spec": {"a": 1}, "status": {"<id>": 3}}
-//!   result 3, patch {"status": "x"}      ──>   {"status": {"<id>": 3}}     (a non-object `status` is replaced)
-//!   result 3, patch [1]                  ──>   {"status": {"<id>": 3}}     and [1] rejected
+//!   result 3, patch {"spec": {"a": 1}}  ──>  {"spec": {"a": 1}, "status": {"<id>": 3}}
+//!   result 3, patch {"status": "x"}     ──>  {"status": {"<id>": 3}}  (a non-object is replaced)
+//!   result 3, patch [1]                 ──>  {"status": {"<id>": 3}}  and [1] is rejected
 //! ```
 //!
 //! Daemons and timers (through the operator's patch writer), change handlers (in the step their
