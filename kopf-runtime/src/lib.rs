@@ -248,7 +248,7 @@ pub mod prelude {
 #[doc(hidden)]
 pub mod __private {
     pub use crate::handler::{
-        ChangeKind, DaemonKind, HandlerReturn, PreparedCall, TimerKind, assert_blocking_safe,
+        ChangeHandlerKind, DaemonKind, HandlerReturn, PreparedCall, TimerKind, assert_blocking_safe,
     };
     pub use inventory;
     pub use kube::api::DynamicObject;

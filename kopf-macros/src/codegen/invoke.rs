@@ -48,7 +48,7 @@ fn convert(model: &HandlerModel, value: &TokenStream) -> TokenStream {
         Kind::Daemon => quote!(#krate::__private::DaemonKind),
         Kind::Timer => quote!(#krate::__private::TimerKind),
         Kind::Create | Kind::Update | Kind::Delete | Kind::Resume => {
-            quote!(#krate::__private::ChangeKind)
+            quote!(#krate::__private::ChangeHandlerKind)
         }
     };
     let span = model

@@ -255,7 +255,7 @@ fn change_codegen() {
          [\"spec\" , \"size\"] , })",
         "field : :: core :: option :: Option :: None",
         ":: kopf_runtime :: __private :: HandlerReturn :: < :: kopf_runtime :: __private :: \
-         ChangeKind >",
+         ChangeHandlerKind >",
         "finalizer : false",
     ] {
         assert!(out.contains(expected), "{expected} in {out}");
@@ -272,7 +272,7 @@ fn change_codegen() {
             out.contains("change : :: kopf_runtime :: engine :: ChangeOptions :: NONE"),
             "{out}"
         );
-        assert!(out.contains(":: ChangeKind >"), "{out}");
+        assert!(out.contains(":: ChangeHandlerKind >"), "{out}");
         let finalizer = format!("finalizer : {}", kind == Kind::Delete);
         assert!(out.contains(&finalizer), "{finalizer} in {out}");
     }

@@ -2,14 +2,17 @@
 //! (when this process still has it), the watched field's old and new values, and the diff of
 //! the object's essence. Kubernetes-free: it only reads JSON bodies.
 //!
-//! The essence of an object is what its owner changes: every top-level field except
-//! `apiVersion`, `kind`, `metadata` and `status`, plus `metadata.labels` and
-//! `metadata.annotations`. A status update or a `resourceVersion` bump is not a change.
+//! The diff is of the objects' essences in the diff view ([`View::Diff`]): every top-level field
+//! except `apiVersion`, `kind`, `metadata` and `status`, plus `metadata.labels` and the
+//! annotations that are neither the operator's own, nor any kopf-rs operator's bookkeeping, nor
+//! kopf's or kubectl's copies of the object. A status update, a `resourceVersion` bump or the
+//! operator's own writes are not changes.
 
 use std::sync::Arc;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
+use super::essence::{Owner, View, essence};
 use super::object::ObjectState;
 
 /// The change an invocation of a change handler is for (`Invocation::change`).
@@ -27,6 +30,9 @@ pub struct ChangeContext {
     pub old: Option<Arc<ObjectState>>,
     /// The watched field's values, for `#[on_update(field = "...")]`.
     pub field: Option<FieldValues>,
+    /// The operator's annotation prefix: its annotations are not in the [`Diff`] (empty: only
+    /// the bookkeeping recognised by its shape is left out).
+    pub(crate) own_prefix: String,
 }
 
 impl ChangeContext {
@@ -38,7 +44,27 @@ impl ChangeContext {
     /// ```
     #[must_use]
     pub fn new(old: Option<Arc<ObjectState>>, field: Option<FieldValues>) -> Self {
-        Self { old, field }
+        Self {
+            old,
+            field,
+            own_prefix: String::new(),
+        }
+    }
+
+    /// The context for an operator whose annotations are under `prefix`.
+    #[must_use]
+    pub(crate) fn owned_by(mut self, prefix: &str) -> Self {
+        prefix.clone_into(&mut self.own_prefix);
+        self
+    }
+
+    /// The diff of the change: `new` against the old object, if known.
+    #[must_use]
+    pub(crate) fn diff(&self, new: &Value) -> Diff {
+        match &self.old {
+            Some(old) => Diff::of_essences(old.body(), new, &self.own_prefix),
+            None => Diff::unknown(),
+        }
     }
 }
 
@@ -113,7 +139,9 @@ pub struct Diff {
 }
 
 impl Diff {
-    /// The diff of two objects' essences.
+    /// The diff of two objects' essences (see the module docs). With no operator known, its
+    /// annotations are left out when they are bookkeeping by their shape (`….last-handled`,
+    /// `….progress`, `….cron`); a handler's `Diff` also leaves out the rest of its own.
     ///
     /// ```
     /// let same = serde_json::json!({"spec": {"a": [1, 2]}});
@@ -121,8 +149,22 @@ impl Diff {
     /// ```
     #[must_use]
     pub fn between(old: &Value, new: &Value) -> Self {
+        Self::of_essences(old, new, "")
+    }
+
+    /// The diff of two objects' essences for the operator whose annotations are under
+    /// `own_prefix`.
+    #[must_use]
+    pub(crate) fn of_essences(old: &Value, new: &Value, own_prefix: &str) -> Self {
+        let owner = Owner {
+            prefix: own_prefix,
+            finalizer: "",
+        };
+        let (old, new) = (
+            essence(old, View::Diff, owner),
+            essence(new, View::Diff, owner),
+        );
         let mut items = Vec::new();
-        let (old, new) = (essence(old), essence(new));
         walk(&mut Vec::new(), Some(&old), Some(&new), &mut items);
         Self { items, known: true }
     }
@@ -151,29 +193,6 @@ impl Diff {
     pub fn is_known(&self) -> bool {
         self.known
     }
-}
-
-/// The essence of a body (see the module docs).
-fn essence(body: &Value) -> Value {
-    let mut out = Map::new();
-    let Some(object) = body.as_object() else {
-        return Value::Object(out);
-    };
-    for (key, value) in object {
-        if !matches!(key.as_str(), "apiVersion" | "kind" | "metadata" | "status") {
-            out.insert(key.clone(), value.clone());
-        }
-    }
-    let mut meta = Map::new();
-    for key in ["labels", "annotations"] {
-        if let Some(value) = object.get("metadata").and_then(|m| m.get(key)) {
-            meta.insert(key.to_owned(), value.clone());
-        }
-    }
-    if !meta.is_empty() {
-        out.insert("metadata".to_owned(), Value::Object(meta));
-    }
-    Value::Object(out)
 }
 
 /// Collects the differences under `path`: objects are compared key by key, anything else whole.
@@ -244,6 +263,50 @@ mod tests {
             ops(&old, &new),
             [(DiffOp::Change, "metadata.labels.x".to_owned())]
         );
+    }
+
+    /// kopf's rule: the diff is of the essence, which holds no bookkeeping of the operator (nor
+    /// of kopf) and no `kubectl` copy of the object, so `kubectl apply` of one spec field and
+    /// the operator's own writes name only that field.
+    #[test]
+    fn bookkeeping_and_last_applied_annotations_are_not_in_the_diff() {
+        let applied = "kubectl.kubernetes.io/last-applied-configuration";
+        let old = json!({"metadata": {"annotations": {
+            "team": "blue",
+            applied: r#"{"spec":{"size":1}}"#,
+            "kopf.dev/op.last-handled": r#"{"d":"0000000000000001","u":"u1","v":1}"#,
+        }}, "spec": {"size": 1}});
+        let new = json!({"metadata": {"annotations": {
+            "team": "blue",
+            applied: r#"{"spec":{"size":2}}"#,
+            "kopf.dev/op.last-handled": r#"{"d":"0000000000000002","u":"u1","v":1}"#,
+            "kopf.dev/op.progress": r#"{"c":"update","h":{},"u":"u1","v":1}"#,
+            "kopf.dev/op.tick.cron": "2026-06-01T10:00:00Z",
+            "kopf.zalando.org/last-handled-configuration": "{}",
+        }}, "spec": {"size": 2}});
+        assert_eq!(ops(&old, &new), [(DiffOp::Change, "spec.size".to_owned())]);
+        let bare = json!({"spec": {"size": 1}});
+        let booked = json!({"metadata": {"annotations": {applied: "{}"}}, "spec": {"size": 2}});
+        assert_eq!(
+            ops(&bare, &booked),
+            [(DiffOp::Change, "spec.size".to_owned())]
+        );
+    }
+
+    #[test]
+    fn every_annotation_under_the_operators_prefix_is_left_out_of_its_diff() {
+        let old = json!({"metadata": {"annotations": {"kopf.dev/x": "1", "team": "blue"}}});
+        let new = json!({"metadata": {"annotations": {"kopf.dev/x": "2", "team": "red"}}});
+        let diff = Diff::of_essences(&old, &new, "kopf.dev/");
+        let paths: Vec<_> = diff.items().iter().map(|i| i.path.join(".")).collect();
+        assert_eq!(paths, ["metadata.annotations.team"]);
+        assert_eq!(
+            Diff::between(&old, &new).items().len(),
+            2,
+            "no operator known"
+        );
+        let context = super::ChangeContext::new(None, None).owned_by("kopf.dev/");
+        assert!(!context.diff(&new).is_known());
     }
 
     #[test]

@@ -108,10 +108,7 @@ impl<K, T: DeserializeOwned> Inject<K> for FieldChange<T> {
 impl<K> Inject<K> for Diff {
     fn inject(invocation: &Invocation) -> Result<Self, HandlerError> {
         let context = change(invocation, "Diff")?;
-        Ok(match &context.old {
-            Some(old) => Self::between(old.body(), invocation.object.body()),
-            None => Self::unknown(),
-        })
+        Ok(context.diff(invocation.object.body()))
     }
 }
 

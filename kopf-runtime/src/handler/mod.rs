@@ -19,7 +19,7 @@ pub use inject::{
 pub use live::Live;
 pub use memo::Memo;
 pub use patch::Patch;
-pub use prepared::{ChangeKind, DaemonKind, HandlerReturn, PreparedCall, TimerKind};
+pub use prepared::{ChangeHandlerKind, DaemonKind, HandlerReturn, PreparedCall, TimerKind};
 pub use registry::{Registration, Registry, RegistryError};
 pub use resource::{ScopeKind, StaticResource};
 pub use typed::{TypedHandler, erase};

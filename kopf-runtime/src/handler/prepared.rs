@@ -108,7 +108,8 @@ fn finish(
 }
 
 /// Converts a handler's return value: `()` or `Result<(), E>` for daemons, and also
-/// `Result<T, E>` with `T: Serialize` for timers (`Kind` is [`DaemonKind`] or [`TimerKind`]).
+/// `Result<T, E>` with `T: Serialize` for timers and change handlers (`Kind` is
+/// [`DaemonKind`], [`TimerKind`] or [`ChangeHandlerKind`]).
 ///
 /// ```
 /// use kopf_runtime::__private::{DaemonKind, HandlerReturn, TimerKind};
@@ -144,15 +145,15 @@ pub enum TimerKind {}
 /// value to store under `status.<handler id>`.
 ///
 /// ```
-/// use kopf_runtime::__private::{ChangeKind, HandlerReturn};
+/// use kopf_runtime::__private::{ChangeHandlerKind, HandlerReturn};
 /// let ok: Result<&str, std::io::Error> = Ok("made");
-/// assert_eq!(HandlerReturn::<ChangeKind>::into_result(ok).unwrap(), Some(serde_json::json!("made")));
+/// assert_eq!(HandlerReturn::<ChangeHandlerKind>::into_result(ok).unwrap(), Some(serde_json::json!("made")));
 /// ```
 #[derive(Debug)]
-pub enum ChangeKind {}
+pub enum ChangeHandlerKind {}
 
 #[diagnostic::do_not_recommend]
-impl<T: Serialize, E: Into<HandlerError>> HandlerReturn<ChangeKind> for Result<T, E> {
+impl<T: Serialize, E: Into<HandlerError>> HandlerReturn<ChangeHandlerKind> for Result<T, E> {
     fn into_result(self) -> Result<Option<Value>, HandlerError> {
         <Self as HandlerReturn<TimerKind>>::into_result(self)
     }

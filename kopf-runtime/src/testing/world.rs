@@ -13,10 +13,10 @@ use crate::core::clock::WallClock;
 use crate::core::effects::Effect;
 use crate::core::object::{ObjectRef, ObjectState};
 use crate::core::resource::ResourceInfo;
+use crate::core::result_patch::output_patch;
 use crate::core::sink::{PatchError, PatchSink};
 use crate::core::supervisor::Supervisor;
 use crate::core::sync::lock;
-use crate::operator::kind::effects::output_patch;
 
 /// One object and its kind.
 struct Stored {

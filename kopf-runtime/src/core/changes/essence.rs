@@ -1,13 +1,11 @@
-//! The change essence: what counts as a change of an object, and its stable digest.
+//! The change view of the essence ([`View::Change`]: what counts as a change for
+//! `#[on_update]`), streamed into its stable digest; the rules are `crate::core::essence`'s.
 //!
-//! The essence is every top-level key except `apiVersion`, `kind`, `metadata` and `status`,
-//! plus `metadata.labels`, plus `metadata.annotations` without the framework's own (under the
-//! operator's prefix), any kopf-rs operator's bookkeeping under any prefix
-//! ([`is_bookkeeping`]), kopf's (`kopf.zalando.org/`) and `kubectl`'s last-applied copy, plus
-//! the watched fields under `status`. Its digest is FNV-1a-64 over the compact JSON of a borrowed
-//! view with object keys in sorted order: the same across builds and processes (it is
-//! persisted), and computed without cloning the body. Empty labels or annotations count as
-//! absent.
+//! The view is every top-level key except `apiVersion`, `kind`, `metadata` and `status`, plus
+//! `metadata.labels`, plus the `metadata.annotations` the view keeps, plus the watched fields
+//! under `status`. Its digest is FNV-1a-64 over the compact JSON of a borrowed view with object
+//! keys in sorted order: the same across builds and processes (it is persisted), and computed
+//! without cloning the body. Empty labels or annotations count as absent.
 
 use std::collections::BTreeMap;
 
@@ -15,15 +13,8 @@ use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Map, Value};
 
 use super::FieldPath;
-use super::keys::is_bookkeeping;
+use crate::core::essence::View;
 use crate::core::hash::Fnv64;
-
-/// Top-level keys outside the essence (`metadata` and `status` contribute parts of theirs).
-const OUTSIDE: [&str; 4] = ["apiVersion", "kind", "metadata", "status"];
-/// Annotation prefixes of other tools' bookkeeping (kopf's progress and diff base).
-const FOREIGN_PREFIXES: [&str; 1] = ["kopf.zalando.org/"];
-/// Annotations that copy the object (a change of the object changes them too).
-const FOREIGN_KEYS: [&str; 1] = ["kubectl.kubernetes.io/last-applied-configuration"];
 
 /// What the essence of a kind's objects is made of.
 #[derive(Debug, Clone, Copy)]
@@ -63,7 +54,7 @@ pub(crate) fn observe<'b>(body: &'b Value, cfg: &EssenceCfg<'_>) -> Observed<'b>
 #[must_use]
 pub(crate) fn digest(body: &Value, cfg: &EssenceCfg<'_>) -> u64 {
     match body {
-        Value::Object(body) => hash_of(&View { body, cfg }).finish(),
+        Value::Object(body) => hash_of(&Borrowed { body, cfg }).finish(),
         other => hash_of(&Canon(other)).finish(),
     }
 }
@@ -130,12 +121,9 @@ fn hash_of(value: &impl Serialize) -> Fnv64 {
     writer
 }
 
-/// Whether an annotation belongs to the essence.
+/// Whether an annotation belongs to the change view.
 fn kept(key: &str, value: &Value, own_prefix: &str) -> bool {
-    (own_prefix.is_empty() || !key.starts_with(own_prefix))
-        && !FOREIGN_PREFIXES.iter().any(|p| key.starts_with(p))
-        && !FOREIGN_KEYS.contains(&key)
-        && !is_bookkeeping(key, value)
+    View::Change.keeps_annotation(key, value, own_prefix)
 }
 
 /// A map's entries in sorted key order: as stored when already sorted (serde_json's `Map` is
@@ -203,25 +191,26 @@ impl<F: Fn(&str, &Value) -> bool> Serialize for Filtered<'_, F> {
     }
 }
 
-/// The essence of an object body.
-struct View<'a> {
+/// The change view of an object body, borrowed.
+struct Borrowed<'a> {
     /// The body.
     body: &'a Map<String, Value>,
     /// What the essence is made of.
     cfg: &'a EssenceCfg<'a>,
 }
 
-impl Serialize for View<'_> {
+impl Serialize for Borrowed<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut out = serializer.serialize_map(None)?;
-        for (key, value) in entries(self.body).filter(|(key, _)| !OUTSIDE.contains(&key.as_str())) {
+        let whole = |key: &str| View::Change.keeps_top_level(key);
+        for (key, value) in entries(self.body).filter(|(key, _)| whole(key)) {
             out.serialize_entry(key, &Canon(value))?;
         }
         let meta = self.body.get("metadata").and_then(Value::as_object);
-        let labels = meta.and_then(|m| m.get("labels")).filter(|v| !is_empty(v));
+        let owned = |key: &str| meta.filter(|_| View::Change.keeps_metadata(key))?.get(key);
+        let labels = owned("labels").filter(|v| !is_empty(v));
         let own = self.cfg.own_prefix;
-        let annotations = meta
-            .and_then(|m| m.get("annotations"))
+        let annotations = owned("annotations")
             .and_then(Value::as_object)
             .filter(|a| a.iter().any(|(key, value)| kept(key, value, own)));
         if labels.is_some() || annotations.is_some() {

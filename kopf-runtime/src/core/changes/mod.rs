@@ -17,7 +17,8 @@
 //! ```
 //!
 //! - [`keys`]: the two annotations, their format, and what one step writes.
-//! - [`essence`]: what counts as a change, and its stable digest.
+//! - [`essence`]: what counts as a change (the change view of `core::essence`), and its stable
+//!   digest.
 //! - [`base`]: the diff base (`last-handled`): the digest plus the watched fields, bounded.
 //! - [`progress`]: a change in flight (`progress`), its bounded encoding and its merge.
 //! - [`machine`]: the cause table and the per-handler transitions.

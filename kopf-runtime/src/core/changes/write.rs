@@ -8,6 +8,7 @@ use super::ChangeKind;
 use super::base::DiffBase;
 use super::keys::Keys;
 use super::progress::Progress;
+use crate::core::result_patch::put_result;
 
 /// What one step of a change writes (one logical patch).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -84,9 +85,7 @@ impl ChangeWrite {
             merge_at(&mut patch, &["metadata", "annotations"], annotations);
         }
         if let Some(result) = self.result {
-            let mut status = Map::new();
-            status.insert(handler.to_owned(), result);
-            merge_at(&mut patch, &["status"], status);
+            put_result(&mut patch, handler, result);
         }
         prune(&Value::Object(patch), Some(body))
     }

@@ -280,12 +280,14 @@ impl ObjectChanges {
             }
     }
 
-    /// What an invocation of handler `index` learns about the change.
+    /// What an invocation of handler `index` learns about the change (for the operator whose
+    /// annotations are under `own_prefix`).
     pub(crate) fn context(
         &self,
         handler: &dyn ErasedHandler,
         body: &Value,
         cause: ChangeKind,
+        own_prefix: &str,
     ) -> Arc<ChangeContext> {
         let field = handler.spec().change.field.map(|field| {
             let path = FieldPath {
@@ -300,7 +302,7 @@ impl ObjectChanges {
             }
         });
         let old = (cause == ChangeKind::Update).then(|| self.old.clone());
-        Arc::new(ChangeContext::new(old.flatten(), field))
+        Arc::new(ChangeContext::new(old.flatten(), field).owned_by(own_prefix))
     }
 }
 

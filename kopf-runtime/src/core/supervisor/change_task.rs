@@ -134,7 +134,8 @@ impl ChangeTask {
             } => {
                 self.current = Some(index);
                 let handler = &*self.inner.handlers[index];
-                let context = changes.context(handler, object.body(), cause);
+                let prefix = &self.inner.config.annotation_prefix;
+                let context = changes.context(handler, object.body(), cause, prefix);
                 let shared = Arc::clone(&self.shared);
                 let mut runner = Runner::new(&self.inner, entry, index, shared);
                 runner.change = Some(context);

@@ -11,13 +11,14 @@ use std::sync::{Arc, MutexGuard};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::essence;
 use super::runner::Runner;
 use super::state::{
     Active, Ended, Exit, InstanceShared, Lingering, ObjectEntry, Run, Seen, State, SupervisorCore,
 };
+use super::task::InstanceKind;
 use crate::core::effects::Effect;
 use crate::core::erased::MatchError;
+use crate::core::essence::{self, Owner};
 use crate::core::object::ObjectState;
 use crate::core::spec::HandlerKind;
 use crate::core::stop::StopReason;
@@ -65,7 +66,11 @@ impl SupervisorCore {
         let digest = (self.changes.as_ref()).map(|changes| changes.digest(object.body()));
         let essence = self.needs_essence.then(|| {
             let cfg = &self.config;
-            essence::fingerprint(object.body(), &cfg.finalizer, &cfg.annotation_prefix)
+            let owner = Owner {
+                prefix: &cfg.annotation_prefix,
+                finalizer: &cfg.finalizer,
+            };
+            essence::idle_fingerprint(object.body(), owner)
         });
         let uid = Arc::clone(&object.reference().uid);
         let mut state = self.lock();
@@ -182,9 +187,9 @@ impl SupervisorCore {
         };
         let ending = entry.gone || entry.deleting;
         for index in 0..entry.slots.len() {
-            if self.handlers[index].spec().kind.is_change() {
+            let Some(kind) = InstanceKind::of(self.handlers[index].spec().kind) else {
                 continue; // run by the object's change task
-            }
+            };
             let slot = &mut entry.slots[index];
             let wanted = slot.matched && may_spawn && !ending;
             let unheld = self.awaits_finalizer(index) && !entry.finalizer_on;
@@ -211,7 +216,7 @@ impl SupervisorCore {
                 Run::Done => false,
             };
             if spawn {
-                self.spawn(entry, index);
+                self.spawn(entry, index, kind);
                 spawned += 1;
             }
         }
@@ -260,11 +265,11 @@ impl SupervisorCore {
             })
     }
 
-    fn spawn(self: &Arc<Self>, entry: &mut ObjectEntry, index: usize) {
+    fn spawn(self: &Arc<Self>, entry: &mut ObjectEntry, index: usize, kind: InstanceKind) {
         let shared = Arc::new(InstanceShared::default());
         let runner = Runner::new(self, entry, index, Arc::clone(&shared));
         entry.slots[index].run = Run::Active(Active { shared });
-        super::task::spawn(runner);
+        super::task::spawn(runner, kind);
     }
 
     /// An instance's task ended (or was abandoned): update the slot and react at once. During

@@ -5,8 +5,8 @@
 //!
 //! Layout: `object` decides per object (spawn, stop, finalizer), `runner` is one instance's
 //! task, `daemon`/`timer` are the two loops, `invoke` runs one invocation with its timeout and
-//! the stop ladder of `ladder`; `policy` decides retries, `schedule` the timer arithmetic,
-//! `essence` what counts as a change for `idle`; `shutdown` and `stats` are operator-wide.
+//! the stop ladder of `ladder`; `policy` decides retries, `schedule` the timer arithmetic
+//! (what resets `idle` is `core::essence`'s idle view); `shutdown` and `stats` are operator-wide.
 //! The behaviour is documented in `docs/daemons.md` and `docs/timers.md`.
 
 mod blocking;
@@ -18,7 +18,6 @@ pub(crate) use changes::check as check_change_handlers;
 mod config;
 mod cron;
 mod daemon;
-mod essence;
 mod exit;
 mod instance;
 mod invoke;

@@ -1,5 +1,5 @@
 //! An instance's task: runs the daemon or timer loop, and reports how it ended however the
-//! task ends.
+//! task ends. Only daemons and timers run as instances ([`InstanceKind`]).
 
 use super::runner::Runner;
 use super::state::Exit;
@@ -32,17 +32,38 @@ impl Drop for Task {
     }
 }
 
-/// Starts the instance's task.
-pub(crate) fn spawn(runner: Runner) {
+/// The kinds of handler that run as instances (change handlers run in the object's change
+/// task instead).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum InstanceKind {
+    /// A daemon: one long-running invocation.
+    Daemon,
+    /// A timer: invocations on a schedule.
+    Timer,
+}
+
+impl InstanceKind {
+    /// The instance kind of a handler kind (`None`: a change handler).
+    #[must_use]
+    pub(crate) const fn of(kind: HandlerKind) -> Option<Self> {
+        match kind {
+            HandlerKind::Daemon => Some(Self::Daemon),
+            HandlerKind::Timer => Some(Self::Timer),
+            HandlerKind::Create
+            | HandlerKind::Update
+            | HandlerKind::Delete
+            | HandlerKind::Resume => None,
+        }
+    }
+}
+
+/// Starts the instance's task, of the handler's `kind`.
+pub(crate) fn spawn(runner: Runner, kind: InstanceKind) {
     // Two task types: a daemon's task holds its invocation inline (it lives as long as the
     // daemon), and a timer's task is sized for the small state between its runs.
-    match runner.spec.kind {
-        HandlerKind::Daemon => drop(tokio::spawn(run_daemon(runner))),
-        HandlerKind::Timer
-        | HandlerKind::Create
-        | HandlerKind::Update
-        | HandlerKind::Delete
-        | HandlerKind::Resume => drop(tokio::spawn(run_timer(runner))),
+    match kind {
+        InstanceKind::Daemon => drop(tokio::spawn(run_daemon(runner))),
+        InstanceKind::Timer => drop(tokio::spawn(run_timer(runner))),
     }
 }
 
@@ -76,7 +97,7 @@ fn run_daemon(runner: Runner) -> impl Future<Output = ()> + Send + 'static {
     }
 }
 
-/// A timer instance's task (change handlers never run as instances: they end at once).
+/// A timer instance's task.
 fn run_timer(runner: Runner) -> impl Future<Output = ()> + Send + 'static {
     let mut task = Task {
         runner,
@@ -84,15 +105,7 @@ fn run_timer(runner: Runner) -> impl Future<Output = ()> + Send + 'static {
     };
     async move {
         started(&task.runner);
-        let exit = match task.runner.spec.kind {
-            HandlerKind::Timer => timer::run(&mut task.runner).await,
-            // Change handlers run in the object's change task, never as an instance.
-            HandlerKind::Daemon
-            | HandlerKind::Create
-            | HandlerKind::Update
-            | HandlerKind::Delete
-            | HandlerKind::Resume => Exit::Done,
-        };
+        let exit = timer::run(&mut task.runner).await;
         ended(&mut task, exit);
     }
 }

@@ -12,13 +12,13 @@
 
 use std::sync::Arc;
 
-use serde_json::{Map, Value};
 use tracing::{error, warn};
 
 use super::queue::Job;
 use crate::core::effects::Effect;
 use crate::core::object::ObjectRef;
 use crate::core::resource::ResourceInfo;
+use crate::core::result_patch::output_patch;
 use crate::operator::events::WarningNote;
 
 /// What to do for one effect.
@@ -111,36 +111,9 @@ pub(crate) fn plan(resource: &ResourceInfo, effect: Effect) -> Plan {
     }
 }
 
-/// The merge patch of one output: the handler's patch with its result under
-/// `status.<handler>`, and the handler's patch if it had to be left out for not being a JSON
-/// object (the result is still stored).
-pub(crate) fn output_patch(
-    handler: &'static str,
-    result: Option<Value>,
-    patch: Option<Value>,
-) -> (Map<String, Value>, Option<Value>) {
-    let (mut merged, rejected) = match patch {
-        Some(Value::Object(map)) => (map, None),
-        Some(other) => (Map::new(), Some(other)),
-        None => (Map::new(), None),
-    };
-    if let Some(result) = result {
-        let status = merged
-            .entry("status")
-            .or_insert_with(|| Value::Object(Map::new()));
-        match status {
-            Value::Object(status) => {
-                status.insert(handler.to_owned(), result);
-            }
-            _ => *status = serde_json::json!({ handler: result }),
-        }
-    }
-    (merged, rejected)
-}
-
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
+    use serde_json::{Map, Value, json};
 
     use super::*;
 
@@ -243,21 +216,5 @@ mod tests {
             let shown = format!("{effect:?}");
             assert_eq!(plan(&resource, effect), want, "{shown}");
         }
-    }
-
-    #[test]
-    fn a_patch_that_is_not_an_object_is_refused_and_the_result_kept() {
-        assert_eq!(
-            output_patch("t", None, Some(json!([1]))),
-            (Map::new(), Some(json!([1])))
-        );
-        assert_eq!(
-            output_patch("t", Some(json!(2)), Some(json!("bad"))),
-            (map(json!({"status": {"t": 2}})), Some(json!("bad")))
-        );
-        assert_eq!(
-            output_patch("t", Some(json!(1)), Some(json!({"status": "x"}))),
-            (map(json!({"status": {"t": 1}})), None)
-        );
     }
 }
