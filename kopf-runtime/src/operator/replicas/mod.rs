@@ -177,7 +177,7 @@ impl Replicas {
 
 impl ReplicaReport for Elector {
     fn leadership(&self) -> Option<Leadership> {
-        Some(Elector::leadership(self))
+        Some(Self::leadership(self))
     }
 
     fn membership(&self) -> Option<Membership> {
@@ -195,7 +195,7 @@ impl ReplicaReport for Member {
     }
 
     fn membership(&self) -> Option<Membership> {
-        Some(Member::membership(self))
+        Some(Self::membership(self))
     }
 
     fn lease(&self) -> Option<LeaseReport> {
