@@ -9,11 +9,14 @@
 //!     └──▶ health (+ probe server) ──▶ kind::launch × N ──┴──▶ Operator (the handle)
 //! ```
 
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use kube::Client;
 use tokio::sync::Semaphore;
+use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
@@ -26,7 +29,8 @@ use super::handle::{KindHandle, Operator};
 use super::health::{Health, KindHealth};
 use super::identity::Identity;
 use super::kind::watch::Selection;
-use super::kind::{self, Shared};
+use super::kind::{self, KindState, Shared};
+use super::limits::RateLimiter;
 #[cfg(feature = "logging")]
 use super::logging::init_logging_at;
 use super::metrics::{KindProbe, OperatorMetrics};
@@ -35,6 +39,8 @@ use super::replicas::Replicas;
 use super::scope::Follower;
 use super::signals::Signals;
 use super::transport;
+use crate::core::erased::ErasedHandler;
+use crate::core::resource::ResourceInfo;
 use crate::core::supervisor::{BlockingPool, SupervisorConfig};
 
 impl OperatorBuilder {
@@ -71,36 +77,14 @@ impl OperatorBuilder {
             warn_slow_daemons(settings, handlers.values().flatten().map(|h| h.spec()));
         }
         let fence = lease_settings.map(|_| Arc::new(Fence::default()));
-        let (client, limiter, lease_client) = match options.client.take() {
-            Some(client) => (client.clone(), None, client),
-            None => {
-                let config = options.kube_config.take();
-                let rps = options.requests_per_second;
-                let deadlines = options.deadlines();
-                let clients = transport::clients(config, rps, fence.clone(), deadlines).await?;
-                (clients.client, Some(clients.limiter), clients.lease)
-            }
-        };
+        let (client, limiter, lease_client) = connect(&mut options, fence.clone()).await?;
         let replicas = Replicas::new(
             options.leader_election.take(),
             options.sharding.take(),
             lease_client,
             fence,
         );
-        let planned: Vec<_> = handlers
-            .into_iter()
-            .map(|(info, handlers)| {
-                let streams = if info.namespaced && !options.namespaces.is_empty() {
-                    options.namespaces.len()
-                } else {
-                    1
-                };
-                let health = KindHealth::new(info.to_string(), streams)
-                    .with_watch_limits(options.watch_limits);
-                let health = Arc::new(health);
-                (info, handlers, health)
-            })
-            .collect();
+        let planned = plan(&options, handlers);
         let metrics = (options.metrics).then(|| {
             OperatorMetrics::new(
                 options.metrics_registry.take(),
@@ -114,34 +98,9 @@ impl OperatorBuilder {
             metrics: metrics.as_ref().map(OperatorMetrics::registry),
         });
         let probe_stop = CancellationToken::new();
-        #[cfg(feature = "server")]
-        let health_addr = match options.health_addr {
-            Some(addr) => Some(
-                super::health::server::serve(addr, health.clone(), probe_stop.clone())
-                    .await
-                    .map_err(|source| OperatorError::Health { addr, source })?,
-            ),
-            None => None,
-        };
-        #[cfg(not(feature = "server"))]
-        let health_addr = None;
+        let health_addr = serve_probes(&options, &health, &probe_stop).await?;
         let shared = shared(&options, &identity, client, &replicas);
-        let mut kinds = Vec::new();
-        let mut states = Vec::new();
-        let mut watches = Vec::new();
-        for (info, handlers, health) in planned {
-            let (state, watch) = kind::launch(&shared, info, handlers, health.clone());
-            states.push(state.clone());
-            kinds.push(KindHandle {
-                info: state.info.clone(),
-                supervisor: state.supervisor.clone(),
-                records: state.records.clone(),
-                finalizers: state.finalizers.clone(),
-                queues: state.queues.clone(),
-                health,
-            });
-            watches.push(watch);
-        }
+        let (kinds, states, watches) = launch(&shared, planned);
         attach_metrics(
             metrics.as_ref(),
             &kinds,
@@ -239,6 +198,90 @@ impl Operator {
     pub fn builder() -> OperatorBuilder {
         OperatorBuilder::default()
     }
+}
+
+/// The handlers of one resource kind, and the health of its watches.
+type Planned = (ResourceInfo, Vec<Arc<dyn ErasedHandler>>, Arc<KindHealth>);
+
+/// The operator's client, its request limiter (`None`: a client given by the user, not
+/// limited), and the client of the Leases.
+async fn connect(
+    options: &mut Options,
+    fence: Option<Arc<Fence>>,
+) -> Result<(Client, Option<Arc<RateLimiter>>, Client), OperatorError> {
+    Ok(match options.client.take() {
+        Some(client) => (client.clone(), None, client),
+        None => {
+            let config = options.kube_config.take();
+            let rps = options.requests_per_second;
+            let deadlines = options.deadlines();
+            let clients = transport::clients(config, rps, fence, deadlines).await?;
+            (clients.client, Some(clients.limiter), clients.lease)
+        }
+    })
+}
+
+/// Each resource kind with its handlers and the health of its watches (one stream per selected
+/// namespace, or one for all).
+fn plan(
+    options: &Options,
+    handlers: BTreeMap<ResourceInfo, Vec<Arc<dyn ErasedHandler>>>,
+) -> Vec<Planned> {
+    handlers
+        .into_iter()
+        .map(|(info, handlers)| {
+            let streams = if info.namespaced && !options.namespaces.is_empty() {
+                options.namespaces.len()
+            } else {
+                1
+            };
+            let health =
+                KindHealth::new(info.to_string(), streams).with_watch_limits(options.watch_limits);
+            (info, handlers, Arc::new(health))
+        })
+        .collect()
+}
+
+/// Serves the probes (and `/metrics`) if an address is set: the address bound.
+async fn serve_probes(
+    options: &Options,
+    health: &Arc<Health>,
+    stop: &CancellationToken,
+) -> Result<Option<SocketAddr>, OperatorError> {
+    #[cfg(feature = "server")]
+    if let Some(addr) = options.health_addr {
+        return super::health::server::serve(addr, health.clone(), stop.clone())
+            .await
+            .map(Some)
+            .map_err(|source| OperatorError::Health { addr, source });
+    }
+    #[cfg(not(feature = "server"))]
+    let _unused = (options, health, stop);
+    Ok(None)
+}
+
+/// Launches every kind: the handles, the states (which follow the scope) and the watch tasks.
+fn launch(
+    shared: &Shared,
+    planned: Vec<Planned>,
+) -> (Vec<KindHandle>, Vec<Arc<KindState>>, Vec<AbortHandle>) {
+    let mut kinds = Vec::new();
+    let mut states = Vec::new();
+    let mut watches = Vec::new();
+    for (info, handlers, health) in planned {
+        let (state, watch) = kind::launch(shared, info, handlers, health.clone());
+        states.push(state.clone());
+        kinds.push(KindHandle {
+            info: state.info.clone(),
+            supervisor: state.supervisor.clone(),
+            records: state.records.clone(),
+            finalizers: state.finalizers.clone(),
+            queues: state.queues.clone(),
+            health,
+        });
+        watches.push(watch);
+    }
+    (kinds, states, watches)
 }
 
 /// What every resource kind of the operator shares.
