@@ -410,8 +410,9 @@ impl OperatorBuilder {
 
     /// The prefix of the framework's own annotations (default `kopf.dev/`): a DNS subdomain and
     /// `/`, such as `example.com/` (anything else, the empty prefix included, is refused at
-    /// start-up with [`OperatorError::InvalidOption`]). A change of such an annotation does not
-    /// count as a change for change handlers and `idle` timers.
+    /// start-up with [`OperatorError::InvalidOption`](crate::OperatorError::InvalidOption)). A
+    /// change of such an annotation does not count as a change for change handlers and `idle`
+    /// timers.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
