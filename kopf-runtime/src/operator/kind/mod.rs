@@ -14,6 +14,7 @@
 pub(crate) mod effects;
 mod outputs;
 pub(crate) mod queue;
+mod selector;
 mod sharded;
 pub(crate) mod watch;
 

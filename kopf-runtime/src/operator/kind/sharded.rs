@@ -1,5 +1,5 @@
 //! The watch of a sharded kind: how its streams get the member's share. With the API server's
-//! `shardSelector` (checked once per kind, see `replicas/shard/selector.rs`), one round of
+//! `shardSelector` (checked once per kind, see `selector.rs`), one round of
 //! streams runs per set of ranges and is restarted, with a fresh list, only when the ranges
 //! change; otherwise (client-side) the streams watch every object and the kind serves only its
 //! share.
@@ -20,9 +20,9 @@ use std::sync::{Arc, OnceLock};
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
+use super::selector;
 use crate::operator::ha::ranges::RangeSet;
 use crate::operator::ha::sharding::ShardWatch;
-use crate::operator::replicas::shard::selector;
 use crate::operator::scope::Scope;
 use crate::operator::write::Writer;
 

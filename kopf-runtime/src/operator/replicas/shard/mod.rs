@@ -2,7 +2,8 @@
 //! each running the handlers of its share. Kubernetes is the engine: a Lease per member for
 //! liveness, one Lease for the group whose annotation records which member holds which range
 //! (written only with `resourceVersion` checks), and the API server's `shardSelector` for
-//! watches that carry only a member's share. See `docs/high-availability.md` for the timeline.
+//! watches that carry only a member's share (the watches are the kinds' own:
+//! `kind/sharded.rs`, `kind/selector.rs`). See `docs/high-availability.md` for the timeline.
 //!
 //! ```text
 //!  every retry_period, each member:
@@ -19,4 +20,3 @@ pub(crate) mod expiry;
 pub(crate) mod leases;
 pub(crate) mod member;
 pub(crate) mod repair;
-pub(crate) mod selector;
