@@ -14,9 +14,10 @@ use std::time::Duration;
 use clap::Parser;
 use tracing::level_filters::LevelFilter;
 
-use super::election::LeaderElection;
 use super::logging::LogFormat;
-use super::shard::Sharding;
+use super::options::Options;
+use crate::operator::ha::election::LeaderElection;
+use crate::operator::ha::sharding::Sharding;
 
 /// The operator's options from its command line and environment. Parse them alone
 /// ([`OperatorArgs::parse`]) or flatten them into your own clap parser, then apply them with
@@ -214,6 +215,30 @@ impl OperatorArgs {
         } else {
             self.log_format
         }
+    }
+
+    /// Merges the options given on the command line into `options`: the ones not given keep
+    /// their values (see [`OperatorBuilder::args`](crate::OperatorBuilder::args)).
+    pub(crate) fn apply(&self, options: &mut Options) {
+        let (args, o) = (self, options);
+        if !args.namespaces.is_empty() {
+            o.namespaces.clone_from(&args.namespaces);
+        }
+        o.label_selector = args.label_selector.clone().or(o.label_selector.take());
+        o.health_addr = args.health.or(o.health_addr);
+        o.log_format = Some(args.format());
+        o.log_level = Some(args.log_level);
+        o.requests_per_second = args.max_requests_per_second.or(o.requests_per_second);
+        o.max_writes_in_flight = args.max_writes_in_flight.unwrap_or(o.max_writes_in_flight);
+        o.max_concurrent_handlers = args.max_concurrent_handlers.or(o.max_concurrent_handlers);
+        o.shutdown_timeout = args.shutdown_timeout.unwrap_or(o.shutdown_timeout);
+        o.request_timeout = args.request_timeout.or(o.request_timeout);
+        let limits = &mut o.watch_limits;
+        limits.idle = args.watch_idle_timeout.unwrap_or(limits.idle);
+        limits.recovery = args.watch_recovery_timeout.unwrap_or(limits.recovery);
+        o.metrics = o.metrics && !args.no_metrics;
+        o.leader_election = args.election().or(o.leader_election.take());
+        o.sharding = args.sharding().or(o.sharding.take());
     }
 
     /// The leader election asked for, with the timing and identity given.

@@ -1,4 +1,6 @@
-//! The by-value builder of an [`Operator`]: its options, and starting the operator from them.
+//! The by-value builder of an [`Operator`](crate::Operator): setters only, collecting its
+//! `Options`. Starting the operator from them is in `start.rs`; the command line's options are
+//! merged in `args.rs`.
 
 use std::any::Any;
 use std::sync::Arc;
@@ -6,32 +8,14 @@ use std::time::Duration;
 
 use kube::Client;
 
-use tokio::sync::Semaphore;
-use tokio_util::sync::CancellationToken;
-use tracing::{error, info};
-
-use super::election::fence::Fence;
-use super::election::{LeaderElection, warn_slow_daemons};
-use super::error::OperatorError;
-use super::events::EventPoster;
-use super::handle::{KindHandle, Operator};
-use super::health::{Health, KindHealth};
-use super::identity::Identity;
-use super::kind::watch::Selection;
-use super::kind::{self, Shared};
 #[cfg(feature = "logging")]
-use super::logging::{LogFormat, init_logging_at};
-use super::metrics::{KindProbe, OperatorMetrics};
+use super::logging::LogFormat;
 use super::options::Options;
-use super::replicas::Replicas;
-use super::scope::Follower;
-use super::shard::Sharding;
-use super::signals::Signals;
-use super::transport;
 use crate::core::erased::ErasedHandler;
 use crate::core::resource::ResourceInfo;
-use crate::core::supervisor::{BlockingPool, SupervisorConfig};
 use crate::handler::Registry;
+use crate::operator::ha::election::LeaderElection;
+use crate::operator::ha::sharding::Sharding;
 
 /// Configures an [`Operator`](super::Operator): where to connect, what to watch, which handlers
 /// to run, and the limits. Every method takes and returns the builder by value.
@@ -54,7 +38,8 @@ use crate::handler::Registry;
 #[must_use = "a builder does nothing until `start`, `run` or `run_until` is called"]
 #[derive(Debug, Default)]
 pub struct OperatorBuilder {
-    options: Options,
+    /// What the setters collected; `start.rs` assembles the operator from it.
+    pub(super) options: Options,
 }
 
 #[cfg(all(test, feature = "cli"))]
@@ -425,8 +410,9 @@ impl OperatorBuilder {
 
     /// The prefix of the framework's own annotations (default `kopf.dev/`): a DNS subdomain and
     /// `/`, such as `example.com/` (anything else, the empty prefix included, is refused at
-    /// start-up with [`OperatorError::InvalidOption`]). A change of such an annotation does not
-    /// count as a change for change handlers and `idle` timers.
+    /// start-up with [`OperatorError::InvalidOption`](crate::OperatorError::InvalidOption)). A
+    /// change of such an annotation does not count as a change for change handlers and `idle`
+    /// timers.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
@@ -508,25 +494,7 @@ impl OperatorBuilder {
     /// ```
     #[cfg(feature = "cli")]
     pub fn args(mut self, args: &crate::OperatorArgs) -> Self {
-        if !args.namespaces.is_empty() {
-            self.options.namespaces.clone_from(&args.namespaces);
-        }
-        let o = &mut self.options;
-        o.label_selector = args.label_selector.clone().or(o.label_selector.take());
-        o.health_addr = args.health.or(o.health_addr);
-        o.log_format = Some(args.format());
-        o.log_level = Some(args.log_level);
-        o.requests_per_second = args.max_requests_per_second.or(o.requests_per_second);
-        o.max_writes_in_flight = args.max_writes_in_flight.unwrap_or(o.max_writes_in_flight);
-        o.max_concurrent_handlers = args.max_concurrent_handlers.or(o.max_concurrent_handlers);
-        o.shutdown_timeout = args.shutdown_timeout.unwrap_or(o.shutdown_timeout);
-        o.request_timeout = args.request_timeout.or(o.request_timeout);
-        let limits = &mut o.watch_limits;
-        limits.idle = args.watch_idle_timeout.unwrap_or(limits.idle);
-        limits.recovery = args.watch_recovery_timeout.unwrap_or(limits.recovery);
-        o.metrics = o.metrics && !args.no_metrics;
-        o.leader_election = args.election().or(o.leader_election.take());
-        o.sharding = args.sharding().or(o.sharding.take());
+        args.apply(&mut self.options);
         self
     }
 
@@ -559,270 +527,4 @@ impl OperatorBuilder {
         self.options.outcomes = Some(outcomes);
         self
     }
-
-    /// Starts the operator in the background and returns its handle.
-    ///
-    /// # Errors
-    /// [`OperatorError`] if the configuration is invalid, no client can be built, the registry
-    /// is invalid or empty, or the health probe address cannot be bound. Problems with single
-    /// resource kinds (a missing CRD, a forbidden list) are not errors: they are logged and the
-    /// kind is retried while the others are served.
-    ///
-    /// # Cancellation safety
-    /// Dropping the future before it completes leaves nothing running.
-    ///
-    /// ```no_run
-    /// # async fn demo() -> Result<(), kopf_runtime::OperatorError> {
-    /// let operator = kopf_runtime::Operator::builder().namespaces(["default"]).start().await?;
-    /// // ... the operator runs in the background ...
-    /// operator.shutdown().await;
-    /// # Ok(()) }
-    /// # let _ = demo;
-    /// ```
-    pub async fn start(self) -> Result<Operator, OperatorError> {
-        let mut options = self.options;
-        let identity = options.validate()?;
-        #[cfg(feature = "logging")]
-        if let Some(format) = options.log_format {
-            let _already_installed = init_logging_at(format, options.log_level);
-        }
-        let handlers = options.take_handlers()?;
-        let lease_settings =
-            (options.leader_election.as_ref()).or(options.sharding.as_ref().map(|s| &s.lease));
-        if let Some(settings) = lease_settings {
-            warn_slow_daemons(settings, handlers.values().flatten().map(|h| h.spec()));
-        }
-        let fence = lease_settings.map(|_| Arc::new(Fence::default()));
-        let (client, limiter, lease_client) = match options.client.take() {
-            Some(client) => (client.clone(), None, client),
-            None => {
-                let config = options.kube_config.take();
-                let rps = options.requests_per_second;
-                let deadlines = options.deadlines();
-                let clients = transport::clients(config, rps, fence.clone(), deadlines).await?;
-                (clients.client, Some(clients.limiter), clients.lease)
-            }
-        };
-        let replicas = Replicas::new(
-            options.leader_election.take(),
-            options.sharding.take(),
-            lease_client,
-            fence,
-        );
-        let planned: Vec<_> = handlers
-            .into_iter()
-            .map(|(info, handlers)| {
-                let streams = if info.namespaced && !options.namespaces.is_empty() {
-                    options.namespaces.len()
-                } else {
-                    1
-                };
-                let health = KindHealth::new(info.to_string(), streams)
-                    .with_watch_limits(options.watch_limits);
-                let health = Arc::new(health);
-                (info, handlers, health)
-            })
-            .collect();
-        let metrics = (options.metrics).then(|| {
-            OperatorMetrics::new(options.metrics_registry.take(), limiter.clone(), &replicas)
-        });
-        let health = Arc::new(Health {
-            kinds: planned.iter().map(|(_, _, h)| h.clone()).collect(),
-            detail: replicas.detail(),
-            metrics: metrics.as_ref().map(OperatorMetrics::registry),
-        });
-        let probe_stop = CancellationToken::new();
-        #[cfg(feature = "server")]
-        let health_addr = match options.health_addr {
-            Some(addr) => Some(
-                super::health::server::serve(addr, health.clone(), probe_stop.clone())
-                    .await
-                    .map_err(|source| OperatorError::Health { addr, source })?,
-            ),
-            None => None,
-        };
-        #[cfg(not(feature = "server"))]
-        let health_addr = None;
-        let shared = shared(&options, &identity, client, &replicas);
-        let mut kinds = Vec::new();
-        let mut states = Vec::new();
-        let mut watches = Vec::new();
-        for (info, handlers, health) in planned {
-            let (state, watch) = kind::launch(&shared, info, handlers, health.clone());
-            states.push(state.clone());
-            kinds.push(KindHandle {
-                info: state.info.clone(),
-                supervisor: state.supervisor.clone(),
-                records: state.records.clone(),
-                finalizers: state.finalizers.clone(),
-                queues: state.queues.clone(),
-                health,
-            });
-            watches.push(watch);
-        }
-        attach_metrics(
-            metrics.as_ref(),
-            &kinds,
-            &shared,
-            options.max_writes_in_flight,
-        );
-        info!(operator = %identity.name, finalizer = %identity.finalizer, resources = kinds.len(),
-            namespaces = ?options.namespaces, "the operator has started");
-        let election_stop = CancellationToken::new();
-        let followers = states.into_iter().map(|s| s as Arc<dyn Follower>).collect();
-        replicas.start(followers, &election_stop);
-        Ok(Operator {
-            kinds,
-            health,
-            limiter,
-            replicas,
-            election_stop,
-            watch_stop: shared.watch_stop,
-            probe_stop,
-            watches,
-            health_addr,
-            shutdown_timeout: options.shutdown_timeout,
-            metrics: metrics.map(|m| m.registry()),
-            released: false,
-        })
-    }
-
-    /// Runs the operator until `stop` completes, then shuts it down.
-    ///
-    /// # Errors
-    /// As [`start`](Self::start).
-    ///
-    /// # Cancellation safety
-    /// Not cancel safe: dropping the future while the operator runs leaves its tasks running.
-    ///
-    /// ```no_run
-    /// # async fn demo() -> Result<(), kopf_runtime::OperatorError> {
-    /// let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    /// # drop(stop);
-    /// kopf_runtime::Operator::builder().run_until(async { stopped.await.unwrap_or(()) }).await?;
-    /// # Ok(()) }
-    /// # let _ = demo;
-    /// ```
-    pub async fn run_until(self, stop: impl Future<Output = ()>) -> Result<(), OperatorError> {
-        let operator = self.start().await?;
-        stop.await;
-        operator.shutdown().await;
-        Ok(())
-    }
-
-    /// Runs the operator until SIGINT or SIGTERM, then shuts it down gracefully (within the
-    /// shutdown timeout); a second signal exits the process at once with code 1.
-    ///
-    /// # Errors
-    /// As [`start`](Self::start), and [`OperatorError::Signal`] if the signal handlers cannot be
-    /// installed.
-    ///
-    /// # Cancellation safety
-    /// Not cancel safe: dropping the future while the operator runs leaves its tasks running.
-    ///
-    /// ```no_run
-    /// #[tokio::main]
-    /// async fn main() -> Result<(), kopf_runtime::OperatorError> {
-    ///     kopf_runtime::Operator::builder().log_format(kopf_runtime::LogFormat::Json).run().await
-    /// }
-    /// ```
-    pub async fn run(self) -> Result<(), OperatorError> {
-        self.options.validate()?;
-        let mut signals = Signals::new().map_err(OperatorError::Signal)?;
-        let operator = self.start().await?;
-        let name = signals.next().await;
-        info!(
-            signal = name,
-            "received a signal; stopping (send another one to exit at once)"
-        );
-        tokio::spawn(async move {
-            let name = signals.next().await;
-            error!(signal = name, "received a second signal; exiting at once");
-            std::process::exit(1);
-        });
-        operator.shutdown().await;
-        Ok(())
-    }
-}
-
-impl Operator {
-    // Beside the builder it returns, so that the handle does not depend on the builder.
-    /// A builder with the defaults: handlers from the inventory, all namespaces, the client from
-    /// the environment.
-    ///
-    /// ```
-    /// let builder = kopf_runtime::Operator::builder();
-    /// # drop(builder);
-    /// ```
-    pub fn builder() -> OperatorBuilder {
-        OperatorBuilder::default()
-    }
-}
-
-/// What every resource kind of the operator shares.
-fn shared(options: &Options, identity: &Identity, client: Client, replicas: &Replicas) -> Shared {
-    let writes = Arc::new(Semaphore::new(options.max_writes_in_flight));
-    let mut services = options.services.clone();
-    services.insert(client.clone());
-    services.insert(EventPoster::new(
-        client.clone(),
-        identity.field_manager.clone(),
-        writes.clone(),
-        options.error_causes_in_events,
-    ));
-    let poster = services
-        .get::<EventPoster>()
-        .expect("the event poster was just inserted");
-    let config = SupervisorConfig {
-        shutdown_timeout: options
-            .shutdown_timeout
-            .saturating_sub(Duration::from_secs(1)),
-        annotation_prefix: options.annotation_prefix.clone().into(),
-        default_backoff: options.default_backoff,
-        daemons_await_finalizer: true,
-        ..SupervisorConfig::default()
-    };
-    Shared {
-        client,
-        services,
-        poster,
-        blocking: BlockingPool::new(options.max_blocking_threads),
-        writes,
-        cap: options
-            .max_concurrent_handlers
-            .map(|n| Arc::new(Semaphore::new(n))),
-        finalizer: identity.finalizer.as_str().into(),
-        field_manager: identity.field_manager.as_str().into(),
-        config,
-        selection: Selection {
-            namespaces: options.namespaces.clone(),
-            label_selector: options.label_selector.clone(),
-        },
-        watch_stop: CancellationToken::new(),
-        clearance: replicas.clearance(),
-        sharding: replicas.sharding(),
-        outcomes: options.outcomes.clone(),
-        metrics: options.metrics,
-    }
-}
-
-/// Has the metrics, if on, report the kinds and the write slots (`limit` of them).
-fn attach_metrics(
-    metrics: Option<&OperatorMetrics>,
-    kinds: &[KindHandle],
-    shared: &Shared,
-    limit: usize,
-) {
-    let Some(metrics) = metrics else { return };
-    let probe = |k: &KindHandle| {
-        let (records, health) = (k.records.clone(), k.health.clone());
-        KindProbe::new(
-            &k.info,
-            &k.supervisor,
-            records,
-            health,
-            shared.finalizer.clone(),
-        )
-    };
-    metrics.attach(kinds.iter().map(probe).collect(), &shared.writes, limit);
 }

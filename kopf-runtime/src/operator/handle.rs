@@ -8,16 +8,16 @@ use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::election::Leadership;
 use super::health::{Health, KindHealth, WatchPhase};
 use super::kind::queue::Queues;
 use super::limits::{RateLimiter, RequestStats};
-use super::replicas::Replicas;
-use super::shard::Membership;
 use super::write::finalizer::Finalizers;
 use super::write::records::Records;
 use crate::core::resource::ResourceInfo;
 use crate::core::supervisor::{ShutdownCounts, Stats, Supervisor};
+use crate::operator::ha::report::Leadership;
+use crate::operator::ha::report::Membership;
+use crate::operator::replicas::Replicas;
 
 /// What the handle controls of one resource kind.
 #[derive(Debug)]

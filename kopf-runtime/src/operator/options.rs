@@ -7,18 +7,18 @@ use std::time::Duration;
 
 use kube::Client;
 
-use super::election::LeaderElection;
 use super::error::OperatorError;
 use super::health::pulse::WatchLimits;
 use super::identity::Identity;
 #[cfg(feature = "logging")]
 use super::logging::LogFormat;
-use super::shard::Sharding;
 use super::transport::Deadlines;
 use crate::core::erased::{ErasedHandler, Services};
 use crate::core::resource::ResourceInfo;
 use crate::core::supervisor::BlockingPool;
 use crate::handler::Registry;
+use crate::operator::ha::election::LeaderElection;
+use crate::operator::ha::sharding::Sharding;
 
 /// The options of one operator (see the builder's methods for each).
 pub(crate) struct Options {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 use crate::core::supervisor::InScope;
-use crate::operator::shard::ranges::RangeSet;
+use crate::operator::ha::ranges::RangeSet;
 
 /// The objects this replica serves now.
 #[derive(Debug, Clone)]

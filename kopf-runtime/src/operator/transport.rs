@@ -21,9 +21,9 @@ use std::time::Duration;
 
 use kube::Client;
 
-use super::election::fence::{Fence, FenceLayer};
 use super::error::OperatorError;
 use super::limits::{RateLimitLayer, RateLimiter};
+use crate::operator::ha::fence::{Fence, FenceLayer};
 use deadline::DeadlineLayer;
 #[cfg(test)]
 pub(crate) use deadline::RequestTimedOut;

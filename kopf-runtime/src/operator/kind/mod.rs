@@ -14,6 +14,8 @@
 pub(crate) mod effects;
 mod outputs;
 pub(crate) mod queue;
+mod selector;
+mod sharded;
 pub(crate) mod watch;
 
 #[cfg(test)]
@@ -34,7 +36,8 @@ use tracing::{debug, error, warn};
 use self::effects::Plan;
 use self::outputs::Retained;
 use self::queue::{Job, Queues, RunJob};
-use self::watch::{Observer, Selection, Sharded};
+use self::sharded::Sharded;
+use self::watch::{Observer, Selection};
 use crate::core::clearance::Clearance;
 use crate::core::effects::Effect;
 use crate::core::erased::{ErasedHandler, Services};
@@ -44,10 +47,10 @@ use crate::core::sink::PatchSinkHandle;
 use crate::core::supervisor::{BlockingPool, Supervisor, SupervisorConfig};
 use crate::operator::cap::Capped;
 use crate::operator::events::{EventPoster, WarningNote, reference};
+use crate::operator::ha::sharding::ShardWatch;
 use crate::operator::health::KindHealth;
 use crate::operator::identity::is_foreign_kopf_finalizer;
 use crate::operator::scope::{Follower, Scope};
-use crate::operator::shard::ShardWatch;
 use crate::operator::watched::Watched;
 use crate::operator::write::finalizer::Finalizers;
 use crate::operator::write::patch::{KubePatchSink, StatusMode};

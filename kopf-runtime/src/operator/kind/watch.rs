@@ -1,9 +1,10 @@
 //! The watch loop of one resource kind: find the kind in API discovery (reporting a missing CRD
 //! or a missing permission, and retrying until it appears), then run one watch stream per
-//! selected namespace (or one for all) and hand every event to the kind's [`Observer`].
+//! selected namespace (or one for all) and hand every event to the kind's [`Observer`]. A
+//! sharded kind's streams are run by `sharded.rs`, which decides what share they watch.
 
 use std::collections::HashSet;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBuilder};
@@ -19,12 +20,9 @@ use crate::core::resource::ResourceInfo;
 
 use serde_json::Value;
 
+use super::sharded::{self, Known, Sharded};
 use crate::operator::health::{KindHealth, WatchPhase, pulse};
 use crate::operator::schema;
-use crate::operator::scope::Scope;
-use crate::operator::shard::ShardWatch;
-use crate::operator::shard::ranges::RangeSet;
-use crate::operator::shard::selector;
 use crate::operator::watched::Watched;
 use crate::operator::write::{Failure, Writer, classify, describe};
 
@@ -47,15 +45,6 @@ pub(crate) trait Observer: Send + Sync + 'static {
     fn forget(self: &Arc<Self>, uid: &Arc<str>, last: Option<&Value>);
     /// An object left this member's share of a sharded group: another member serves it now.
     fn release(self: &Arc<Self>, uid: &Arc<str>);
-}
-
-/// A sharded kind's watch: the mode asked for, where the mode used is recorded, and the
-/// scope the kind serves (its ranges go into the watches' `shardSelector` in server mode).
-#[derive(Debug, Clone)]
-pub(crate) struct Sharded {
-    pub(crate) mode: ShardWatch,
-    pub(crate) used: Arc<OnceLock<ShardWatch>>,
-    pub(crate) scope: tokio::sync::watch::Receiver<Scope>,
 }
 
 /// Serves one kind until the kind's stop token is cancelled.
@@ -112,68 +101,7 @@ pub(crate) async fn serve<O: Observer>(
         streams(&writer.client, known, &stop).await;
         return;
     };
-    let mode =
-        selector::resolve(sharded.mode, &writer.client, &writer.resource, &writer.info).await;
-    let _first = sharded.used.set(mode);
-    if mode != ShardWatch::Server {
-        let known = vec![Known::default(); namespaces.len()];
-        streams(&writer.client, known, &stop).await;
-        return;
-    }
-    // Server-side: one round of streams per set of ranges, restarted (with a fresh list) when
-    // the ranges change.
-    let mut scopes = sharded.scope;
-    let mut known = vec![Known::default(); namespaces.len()];
-    let mut current: Option<Arc<RangeSet>> = None;
-    loop {
-        let Some(ranges) = other_ranges(&mut scopes, current.as_ref(), &stop).await else {
-            return;
-        };
-        let Some(client) = selector::watch_client(&writer.client, &ranges) else {
-            continue;
-        };
-        debug!(resource = %writer.info, ranges = %ranges, "watching this member's ranges");
-        for k in &mut known {
-            k.ranges = Some(ranges.clone());
-        }
-        current = Some(ranges);
-        let round = stop.child_token();
-        let mut running = std::pin::pin!(streams(&client, std::mem::take(&mut known), &round));
-        // The streams go on while the member serves nothing (a lapse) or the same ranges
-        // again; only other ranges start a fresh list.
-        let moved = other_ranges(&mut scopes, current.as_ref(), &stop);
-        known = tokio::select! {
-            known = &mut running => known,
-            _ = moved => {
-                round.cancel();
-                running.await
-            }
-        };
-        if stop.is_cancelled() {
-            return;
-        }
-        current = None; // nothing watches now: the next ranges, even the same, start a round
-    }
-}
-
-/// Waits until the kind serves ranges other than `current` (at once if it does already);
-/// `None` when stopped.
-async fn other_ranges(
-    scopes: &mut tokio::sync::watch::Receiver<Scope>,
-    current: Option<&Arc<RangeSet>>,
-    stop: &CancellationToken,
-) -> Option<Arc<RangeSet>> {
-    loop {
-        if let Scope::Ranges(ranges) = &*scopes.borrow_and_update()
-            && current != Some(ranges)
-        {
-            return Some(ranges.clone());
-        }
-        tokio::select! {
-            () = stop.cancelled() => return None,
-            changed = scopes.changed() => changed.ok()?,
-        }
-    }
+    sharded::serve(sharded, &writer, namespaces.len(), streams, &stop).await;
 }
 
 /// The API of a kind's objects in `ns` (empty: all namespaces) through `client`.
@@ -183,15 +111,6 @@ fn shard_api(client: &kube::Client, writer: &Writer, ns: &str) -> Api<Watched> {
     } else {
         Api::namespaced_with(client.clone(), ns, &*writer.resource)
     }
-}
-
-/// What one stream knows between restarts: the UIDs it has seen, and the ranges it watches (a
-/// sharded kind with the server-side selector; an object that vanishes from a relist outside
-/// them left the share rather than the cluster).
-#[derive(Debug, Clone, Default)]
-struct Known {
-    uids: HashSet<Arc<str>>,
-    ranges: Option<Arc<RangeSet>>,
 }
 
 /// Looks the kind up until the API server serves it; records whether it has a status

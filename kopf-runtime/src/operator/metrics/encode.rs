@@ -13,11 +13,11 @@ use crate::core::supervisor::census::Census;
 use crate::core::supervisor::meter::{
     HandlerMeter, HistogramSnapshot, InvocationResult, StopCause, StopStep,
 };
-use crate::operator::election::alarm::LeaseReport;
-use crate::operator::election::{Leadership, Role};
+use crate::operator::ha::alarm::LeaseReport;
+use crate::operator::ha::ranges::SHARD_RANGES;
+use crate::operator::ha::report::Membership;
+use crate::operator::ha::report::{Leadership, Role};
 use crate::operator::limits::RateLimiter;
-use crate::operator::shard::Membership;
-use crate::operator::shard::ranges::SHARD_RANGES;
 
 /// One kind as read at the start of a scrape.
 pub(super) struct KindView<'a> {

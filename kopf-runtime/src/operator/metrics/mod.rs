@@ -18,11 +18,9 @@ use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::registry::Registry;
 use tokio::sync::Semaphore;
 
-use super::election::Elector;
+use super::ha::report::ReplicaReport;
 use super::health::KindHealth;
 use super::limits::RateLimiter;
-use super::replicas::Replicas;
-use super::shard::member::Member;
 use super::write::records::Records;
 use crate::core::resource::ResourceInfo;
 use crate::core::supervisor::Supervisor;
@@ -42,11 +40,11 @@ impl OperatorMetrics {
     pub(crate) fn new(
         registry: Option<Registry>,
         limiter: Option<Arc<RateLimiter>>,
-        replicas: &Replicas,
+        replicas: Option<Arc<dyn ReplicaReport>>,
     ) -> Self {
         let collector = Arc::new(OperatorCollector {
             limiter,
-            replicas: ReplicaProbe::of(replicas),
+            replicas,
             attached: OnceLock::new(),
         });
         let mut registry = registry.unwrap_or_default();
@@ -123,29 +121,12 @@ struct Attached {
     writes: WriteSlots,
 }
 
-/// How this replica works with the others, for the leadership and shard gauges.
-#[derive(Debug)]
-enum ReplicaProbe {
-    Alone,
-    Elected(Arc<Elector>),
-    Sharded(Arc<Member>),
-}
-
-impl ReplicaProbe {
-    fn of(replicas: &Replicas) -> Self {
-        match replicas {
-            Replicas::Alone => Self::Alone,
-            Replicas::Elected(elector) => Self::Elected(elector.clone()),
-            Replicas::Sharded(member) => Self::Sharded(member.clone()),
-        }
-    }
-}
-
 /// The collector of the operator's metrics.
 #[derive(Debug)]
 struct OperatorCollector {
     limiter: Option<Arc<RateLimiter>>,
-    replicas: ReplicaProbe,
+    /// The coordination's snapshots (`None`: alone).
+    replicas: Option<Arc<dyn ReplicaReport>>,
     attached: OnceLock<Attached>,
 }
 
@@ -165,16 +146,18 @@ impl Collector for OperatorCollector {
         if let Some(limiter) = &self.limiter {
             encode::requests(&mut encoder, limiter)?;
         }
-        match &self.replicas {
-            ReplicaProbe::Alone => Ok(()),
-            ReplicaProbe::Elected(elector) => {
-                encode::leadership(&mut encoder, &elector.leadership())?;
-                encode::lease(&mut encoder, &elector.alarm.report())
-            }
-            ReplicaProbe::Sharded(member) => {
-                encode::membership(&mut encoder, &member.membership())?;
-                encode::lease(&mut encoder, &member.alarm.report())
-            }
+        let Some(replicas) = &self.replicas else {
+            return Ok(());
+        };
+        if let Some(leadership) = replicas.leadership() {
+            encode::leadership(&mut encoder, &leadership)?;
+        }
+        if let Some(membership) = replicas.membership() {
+            encode::membership(&mut encoder, &membership)?;
+        }
+        match replicas.lease() {
+            Some(lease) => encode::lease(&mut encoder, &lease),
+            None => Ok(()),
         }
     }
 }

@@ -15,9 +15,9 @@ use crate::core::object::ObjectState;
 use crate::core::outcome::HandlerError;
 use crate::core::spec::{HandlerKind, HandlerSpec, TimerSchedule};
 use crate::core::supervisor::SupervisorConfig;
-use crate::operator::election::alarm::LeaseReport;
-use crate::operator::election::{Leadership, Role};
-use crate::operator::shard::Membership;
+use crate::operator::ha::alarm::LeaseReport;
+use crate::operator::ha::report::Membership;
+use crate::operator::ha::report::{Leadership, Role};
 use crate::operator::write::records::FinalizerView;
 
 const FINALIZER: &str = "kopf.dev/test";
@@ -90,7 +90,7 @@ fn fixture(registry: Option<Registry>) -> (Supervisor, Arc<Records>, OperatorMet
     drop(effects);
     let records = Arc::new(Records::default());
     let limiter = Arc::new(RateLimiter::unlimited());
-    let metrics = OperatorMetrics::new(registry, Some(limiter), &Replicas::Alone);
+    let metrics = OperatorMetrics::new(registry, Some(limiter), None);
     let info = ResourceInfo::new("example.com", "v1", "Thing", "things", true);
     let health = Arc::new(KindHealth::new(info.to_string(), 1));
     let probe = KindProbe::new(

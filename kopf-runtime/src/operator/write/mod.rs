@@ -88,7 +88,7 @@ pub(crate) fn classify(err: &kube::Error) -> Failure {
 fn is_fenced(err: &(dyn std::error::Error + 'static)) -> bool {
     let mut cause = Some(err);
     while let Some(err) = cause {
-        if err.is::<crate::operator::election::fence::Fenced>() {
+        if err.is::<crate::operator::ha::fence::Fenced>() {
             return true;
         }
         cause = err.source();
@@ -400,7 +400,7 @@ mod tests {
     #[test]
     fn a_write_refused_by_the_fence_is_not_retried() {
         #[derive(Debug)]
-        struct Wrapped(crate::operator::election::fence::Fenced);
+        struct Wrapped(crate::operator::ha::fence::Fenced);
         impl std::fmt::Display for Wrapped {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 write!(f, "wrapped: {}", self.0)
@@ -411,7 +411,7 @@ mod tests {
                 Some(&self.0)
             }
         }
-        let fenced = crate::operator::election::fence::Fenced;
+        let fenced = crate::operator::ha::fence::Fenced;
         let direct = kube::Error::Service(Box::new(fenced));
         let wrapped = kube::Error::Service(Box::new(Wrapped(fenced)));
         assert_eq!(classify(&direct), Failure::Fatal);

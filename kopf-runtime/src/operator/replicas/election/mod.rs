@@ -13,15 +13,10 @@
 //! ```
 //!
 //! "Another replica" includes another process with this replica's identity: each process
-//! writes its own incarnation beside the identity (`lease.rs`), so two processes given one
+//! writes its own incarnation beside the identity (`ha/lease.rs`), so two processes given one
 //! identity never both lead. What keeps a replica from leading for good (a Lease it cannot read
 //! or write, a twin identity) is warned about and reported in `/readyz` and the metrics
-//! (`alarm.rs`).
-
-pub(crate) mod alarm;
-pub(crate) mod fence;
-pub(crate) mod lease;
-mod settings;
+//! (`ha/alarm.rs`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -34,52 +29,22 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use self::alarm::{LeaseAlarm, describe};
-use self::fence::Fence;
-use self::lease::{Claimant, Decision, LeaseApi, Observed, Record, claimed, decide, released};
-pub use self::settings::LeaderElection;
-pub(crate) use self::settings::warn_slow_daemons;
 use crate::core::sync::lock;
+use crate::operator::ha::alarm::{LeaseAlarm, describe};
+use crate::operator::ha::election::LeaderElection;
+use crate::operator::ha::fence::Fence;
+use crate::operator::ha::lease::{
+    Claimant, Decision, LeaseApi, Observed, Record, claimed, decide, released,
+};
+use crate::operator::ha::report::{Leadership, Role};
 use crate::operator::scope::Scope;
 
-/// Whether this replica leads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Role {
-    /// It runs the handlers and writes.
-    Leader,
-    /// It watches and waits to lead.
-    Standby,
-}
-
-impl Role {
-    /// What a replica in this role serves.
-    pub(crate) fn scope(self) -> Scope {
-        match self {
-            Self::Leader => Scope::All,
-            Self::Standby => Scope::Nothing,
-        }
+/// What a replica in this role serves.
+pub(crate) fn scope_of(role: Role) -> Scope {
+    match role {
+        Role::Leader => Scope::All,
+        Role::Standby => Scope::Nothing,
     }
-}
-
-/// This replica's part in the election, in [`OperatorStats::leadership`](crate::OperatorStats::leadership).
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Leadership {
-    /// Its role now.
-    pub role: Role,
-    /// Its identity in the Lease.
-    pub identity: String,
-    /// The holder last seen in the Lease (itself when it leads; `None`: nobody).
-    pub holder: Option<String>,
-    /// The Lease's reads and writes that failed so far (RBAC, a missing namespace, the API
-    /// server away; a conflict with another replica's write is not a failure).
-    pub lease_errors: u64,
-    /// The last failure, while the attempts keep failing (`None`: the last one worked).
-    pub lease_error: Option<String>,
-    /// Another process with this replica's identity holds the Lease and renews it: this one
-    /// refuses to lead while it does (give every replica its own identity).
-    pub identity_conflict: bool,
 }
 
 /// Runs the election of one replica.

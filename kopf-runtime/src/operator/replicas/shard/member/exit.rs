@@ -7,8 +7,8 @@ use tracing::{info, warn};
 
 use super::Member;
 use crate::core::sync::lock;
-use crate::operator::shard::ranges::RangeSet;
-use crate::operator::shard::repair::lift;
+use crate::operator::ha::ranges::RangeSet;
+use crate::operator::replicas::shard::repair::lift;
 
 impl Member {
     /// After the handlers have stopped: gives up this member's claims and deletes its Lease

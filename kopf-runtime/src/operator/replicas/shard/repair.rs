@@ -43,7 +43,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use serde::{Deserialize, Serialize};
 
 use super::claims::{CLAIMS_ANNOTATION, Claims};
-use super::ranges::RangeSet;
+use crate::operator::ha::ranges::RangeSet;
 
 /// The annotation of the group's Lease that holds a quarantine after a repair: the ranges nobody
 /// may claim yet, and the members that may still run handlers in them.

@@ -5,7 +5,7 @@
 //! changed within its `leaseDurationSeconds` on the reader's clock. A Lease written by anyone
 //! else than a member (by hand, a script, a member with absurd settings) could say a million
 //! seconds and hold its ranges, unserved, for that long. So a member trusts at most
-//! [`TRUST_FACTOR`](crate::operator::election::lease::TRUST_FACTOR) times its own lease duration
+//! [`TRUST_FACTOR`](crate::operator::ha::lease::TRUST_FACTOR) times its own lease duration
 //! (as a leader election's replica does). That never shortens an honest member's Lease: the
 //! members of a group run the same settings (one Deployment), and a factor of 4 still covers
 //! a rolling change of them (15 s → 60 s). Only a member whose own renew deadline exceeded 4
@@ -29,8 +29,8 @@ use tracing::{info, warn};
 
 use super::leases::GroupLeases;
 use crate::core::sync::lock;
-use crate::operator::election::lease::trusted;
-use crate::operator::election::lease::{Observed, Record};
+use crate::operator::ha::lease::trusted;
+use crate::operator::ha::lease::{Observed, Record};
 
 /// After how many of its own lease durations past the expiry a member Lease is deleted.
 pub(crate) const COLLECT_AFTER: u32 = 10;

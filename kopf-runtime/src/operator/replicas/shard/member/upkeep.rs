@@ -10,9 +10,9 @@ use tracing::{debug, info, warn};
 
 use super::Member;
 use crate::core::sync::lock;
-use crate::operator::shard::claims::Claims;
-use crate::operator::shard::ranges::RangeSet;
-use crate::operator::shard::repair::{GroupState, lift, repair};
+use crate::operator::ha::ranges::RangeSet;
+use crate::operator::replicas::shard::claims::Claims;
+use crate::operator::replicas::shard::repair::{GroupState, lift, repair};
 
 impl Member {
     /// The group's Lease as `namespace/name`, for the log.

@@ -1,19 +1,31 @@
 //! How this replica works with the others: alone, as one of several under leader election
 //! (one leads, the others stand by), or as a member of a sharded group (each serves a share).
 //! The resource kinds follow whichever decides what they serve (see `scope.rs`).
+//!
+//! ```text
+//!  replicas/mod.rs (Replicas: Alone | Elected | Sharded)
+//!     ├──▶ election/  one Lease, one leader      ─┐ never import each other: what they
+//!     └──▶ shard/     a Lease per member, claims ─┘ share is in ha/ (rules, fence, alarm)
+//! ```
+
+pub(crate) mod election;
+pub(crate) mod shard;
 
 use std::sync::{Arc, OnceLock};
 
 use kube::Client;
 use tokio_util::sync::CancellationToken;
 
-use super::election::fence::Fence;
-use super::election::{Elector, LeaderElection, Leadership, Role};
-use super::health::Detail;
-use super::scope::{Follower, follow};
-use super::shard::member::Member;
-use super::shard::{Membership, ShardWatch, Sharding};
+use self::election::{Elector, scope_of};
+use self::shard::member::Member;
 use crate::core::clearance::Clearance;
+use crate::operator::ha::alarm::LeaseReport;
+use crate::operator::ha::election::LeaderElection;
+use crate::operator::ha::fence::Fence;
+use crate::operator::ha::report::{Leadership, Membership, ReplicaReport, Role};
+use crate::operator::ha::sharding::{ShardWatch, Sharding};
+use crate::operator::health::Detail;
+use crate::operator::scope::{Follower, follow};
 
 /// The coordination of this replica with the others.
 #[derive(Debug)]
@@ -70,7 +82,7 @@ impl Replicas {
             Self::Elected(elector) => {
                 tokio::spawn(follow(
                     elector.roles(),
-                    |role: &Role| role.scope(),
+                    |role: &Role| scope_of(*role),
                     followers,
                 ));
                 tokio::spawn(elector.clone().run(stop.clone()));
@@ -145,11 +157,48 @@ impl Replicas {
         }
     }
 
+    /// What the metrics read of the coordination (`None`: alone).
+    pub(crate) fn report(&self) -> Option<Arc<dyn ReplicaReport>> {
+        match self {
+            Self::Alone => None,
+            Self::Elected(elector) => Some(elector.clone()),
+            Self::Sharded(member) => Some(member.clone()),
+        }
+    }
+
     /// The ranges and members, with sharding.
     pub(crate) fn membership(&self) -> Option<Membership> {
         match self {
             Self::Sharded(member) => Some(member.membership()),
             _ => None,
         }
+    }
+}
+
+impl ReplicaReport for Elector {
+    fn leadership(&self) -> Option<Leadership> {
+        Some(Self::leadership(self))
+    }
+
+    fn membership(&self) -> Option<Membership> {
+        None
+    }
+
+    fn lease(&self) -> Option<LeaseReport> {
+        Some(self.alarm.report())
+    }
+}
+
+impl ReplicaReport for Member {
+    fn leadership(&self) -> Option<Leadership> {
+        None
+    }
+
+    fn membership(&self) -> Option<Membership> {
+        Some(Self::membership(self))
+    }
+
+    fn lease(&self) -> Option<LeaseReport> {
+        Some(self.alarm.report())
     }
 }

@@ -22,13 +22,14 @@ use tracing::{debug, info, warn};
 use super::claims::{Claims, Plan, Round, plan};
 use super::expiry::{self, Collector};
 use super::leases::GroupLeases;
-use super::ranges::{RangeSet, SHARD_RANGES};
 use super::repair::{GroupState, Warned};
-use super::{Membership, ShardWatch, Sharding};
 use crate::core::sync::lock;
-use crate::operator::election::alarm::{LeaseAlarm, describe};
-use crate::operator::election::fence::Fence;
-use crate::operator::election::lease::{Claimant, Decision, Observed, Record, decide};
+use crate::operator::ha::alarm::{LeaseAlarm, describe};
+use crate::operator::ha::fence::Fence;
+use crate::operator::ha::lease::{Claimant, Decision, Observed, Record, decide};
+use crate::operator::ha::ranges::{RangeSet, SHARD_RANGES};
+use crate::operator::ha::report::Membership;
+use crate::operator::ha::sharding::{ShardWatch, Sharding};
 use crate::operator::scope::{Follower, Scope};
 
 /// What a member has seen.
@@ -432,7 +433,7 @@ impl Member {
         let mut busy = RangeSet::default();
         for follower in self.followers.get().into_iter().flatten() {
             for uid in follower.busy_uids() {
-                busy.insert(super::ranges::shard_of(&uid));
+                busy.insert(crate::operator::ha::ranges::shard_of(&uid));
             }
         }
         busy

@@ -1,26 +1,6 @@
-//! Sharding: the objects of every served kind are spread over the live members of a group,
-//! each running the handlers of its share. Kubernetes is the engine: a Lease per member for
-//! liveness, one Lease for the group whose annotation records which member holds which range
-//! (written only with `resourceVersion` checks), and the API server's `shardSelector` for
-//! watches that carry only a member's share. See `docs/high-availability.md` for the timeline.
-//!
-//! ```text
-//!  every retry_period, each member:
-//!   renew own Lease ──▶ read the claims ──▶ list the members' Leases ──▶ plan (claims.rs)
-//!        │ valid until start + renew_deadline        │
-//!        ▼                                           ▼
-//!   lapsed: serve nothing, and serve again       write the claims (guarded), then serve:
-//!   only after a write confirms the claims       new ranges start, moved ranges stop first
-//!                                                and are released once nothing of them runs
-//! ```
-
-pub(crate) mod claims;
-pub(crate) mod expiry;
-pub(crate) mod leases;
-pub(crate) mod member;
-pub(crate) mod ranges;
-pub(crate) mod repair;
-pub(crate) mod selector;
+//! The settings of sharding ([`Sharding`]): the group's Leases and timing, this member's
+//! identity, and how its watches get its share ([`ShardWatch`]). What the settings mean at run
+//! time is in `replicas/shard/`.
 
 use std::time::Duration;
 
@@ -128,51 +108,6 @@ impl Sharding {
         (!label_value).then_some(
             "the group's name must be a valid label value (at most 63 letters, digits, '-', '.' \
              or '_', starting and ending with a letter or digit)",
-        )
-    }
-}
-
-/// This member's part in its group, in [`OperatorStats::sharding`](crate::OperatorStats::sharding).
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Membership {
-    /// Its identity.
-    pub identity: String,
-    /// The live members as it sees them, sorted (itself included while its Lease is valid).
-    pub members: Vec<String>,
-    /// The ranges it serves, e.g. `0-340,682-1023` (of [`SHARD_RANGES`](crate::SHARD_RANGES);
-    /// empty: none).
-    pub ranges: String,
-    /// How many ranges it serves.
-    pub held: usize,
-    /// How many objects it serves (of every kind).
-    pub objects: usize,
-    /// How its watches get its share: [`ShardWatch::Server`] or [`ShardWatch::ClientSide`]
-    /// (`None` until a kind's watch has started).
-    pub watch: Option<ShardWatch>,
-}
-
-impl std::fmt::Display for Membership {
-    /// One line for logs and `/readyz`.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let ranges = if self.ranges.is_empty() {
-            "none"
-        } else {
-            &self.ranges
-        };
-        write!(
-            f,
-            "shard member {}: ranges {ranges} ({} of {}), {} objects, members {}, watch {}",
-            self.identity,
-            self.held,
-            ranges::SHARD_RANGES,
-            self.objects,
-            self.members.join(","),
-            match self.watch {
-                Some(ShardWatch::Server) => "server-side",
-                Some(ShardWatch::ClientSide) => "client-side",
-                Some(ShardWatch::Auto) | None => "not started",
-            }
         )
     }
 }

@@ -13,7 +13,7 @@ use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams, Precondit
 
 use super::claims::{CLAIMS_ANNOTATION, Claims};
 use super::repair::{GroupState, QUARANTINE_ANNOTATION, Quarantine};
-use crate::operator::election::lease::{Claimant, Record, claimed, released};
+use crate::operator::ha::lease::{Claimant, Record, claimed, released};
 
 /// The label that marks a member's Lease, with the group's name as its value.
 pub(crate) const GROUP_LABEL: &str = "kopf.dev/shard-group";

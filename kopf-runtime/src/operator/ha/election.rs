@@ -258,7 +258,7 @@ mod tests {
                 .lease_duration(ms(lease))
                 .renew_deadline(ms(renew))
                 .retry_period(ms(retry));
-            let sharding = crate::operator::shard::Sharding::new("g", "ns")
+            let sharding = crate::operator::ha::sharding::Sharding::new("g", "ns")
                 .lease_duration(ms(lease))
                 .renew_deadline(ms(renew))
                 .retry_period(ms(retry));
@@ -277,13 +277,13 @@ mod tests {
             if want.is_none() {
                 // What the Lease says is exactly what was checked: a standby waits no less
                 // than the leader's renew deadline plus the margin.
-                let lease_written = crate::operator::election::lease::claimed(
+                let lease_written = crate::operator::ha::lease::claimed(
                     &k8s_openapi::api::coordination::v1::Lease::default(),
-                    &crate::operator::election::lease::Claimant::new("a", "i"),
+                    &crate::operator::ha::lease::Claimant::new("a", "i"),
                     election.lease_duration,
                     k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
                 );
-                let record = crate::operator::election::lease::Record::of(&lease_written);
+                let record = crate::operator::ha::lease::Record::of(&lease_written);
                 assert_eq!(record.duration, election.lease_duration, "{lease}");
                 assert!(record.duration > election.renew_deadline);
             }

@@ -15,7 +15,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::ranges::{RangeSet, assigned};
+use crate::operator::ha::ranges::{RangeSet, assigned};
 
 /// The annotation of the group's Lease that holds the claims: a JSON object from member
 /// identity to ranges (`{"pod-a": "0-340", "pod-b": "341-1023"}`).
@@ -198,7 +198,7 @@ fn complete(claims: &Claims) -> bool {
         .0
         .values()
         .fold(RangeSet::default(), |acc, r| acc.union(r));
-    all.len() == usize::from(super::ranges::SHARD_RANGES)
+    all.len() == usize::from(crate::operator::ha::ranges::SHARD_RANGES)
 }
 
 #[cfg(test)]

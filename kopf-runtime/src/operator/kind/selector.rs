@@ -13,9 +13,9 @@ use kube::client::Body;
 use tower::{BoxError, Service};
 use tracing::{info, warn};
 
-use super::ShardWatch;
-use super::ranges::RangeSet;
 use crate::core::resource::ResourceInfo;
+use crate::operator::ha::ranges::RangeSet;
+use crate::operator::ha::sharding::ShardWatch;
 
 /// `uri` with `shardSelector=<selector>` added to its query.
 fn with_selector(uri: &Uri, selector: &str) -> Option<Uri> {
