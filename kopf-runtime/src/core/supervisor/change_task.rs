@@ -27,7 +27,6 @@ use crate::core::changes::machine::Step;
 use crate::core::changes::write::ChangeWrite;
 use crate::core::changes::{ChangeKind, Outcome};
 use crate::core::erased::Output;
-use crate::core::sink::PatchSinkHandle;
 
 /// A change task, which reports its end to the supervisor when dropped.
 struct ChangeTask {
@@ -236,9 +235,9 @@ impl ChangeTask {
     /// result under `status.<handler>` and its patch). A failed write is logged: the state in
     /// memory goes on, and the next step writes the progress again.
     async fn persist(&self, write: ChangeWrite, handler: &str) {
-        let Some(sink) = self.inner.services.get::<PatchSinkHandle>() else {
-            return; // no Kubernetes (tests of the core): the state lives in memory only
-        };
+        if !self.inner.road.stores() {
+            return; // no sink (tests of the core): the state lives in memory only
+        }
         let (reference, body) = {
             let state = self.inner.lock();
             let Some(entry) = state.objects.get(&self.uid) else {
@@ -255,7 +254,7 @@ impl ChangeTask {
         let Some(patch) = write.into_patch(&changes.keys, handler, &body, &reference.uid) else {
             return;
         };
-        if let Err(err) = sink.0.apply(&reference, patch).await {
+        if let Some(Err(err)) = self.inner.road.store(&reference, patch).await {
             tracing::error!(object = %reference, handler,
                 "cannot store a change handler's progress (it may run again): {err}");
         }

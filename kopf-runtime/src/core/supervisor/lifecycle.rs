@@ -45,7 +45,7 @@ impl SupervisorCore {
         let live = (state.objects.get_key_value(uid)).filter(|(_, o)| !o.gone || o.released);
         if let Some(key) = live.map(|(key, _)| Arc::clone(key)) {
             state.outputs.sent(&key, &effect);
-            let _ = self.effects.send(effect);
+            self.road.send(effect);
         }
     }
 
@@ -117,7 +117,7 @@ impl SupervisorCore {
                 slot.skipped = version;
                 let handler = self.handlers[index].spec().id;
                 tracing::warn!(object = %entry.reference, handler, "skipped: {message}");
-                let _ = self.effects.send(Effect::Skipped {
+                self.road.send(Effect::Skipped {
                     object: entry.reference.clone(),
                     handler,
                     message,
@@ -223,7 +223,7 @@ impl SupervisorCore {
         if !entry.gone && entry.finalizer_sent != Some(hold) {
             entry.finalizer_sent = Some(hold);
             let object = entry.reference.clone();
-            let _ = self.effects.send(Effect::Finalizer { object, hold });
+            self.road.send(Effect::Finalizer { object, hold });
         }
         if entry.gone && !entry.is_busy() {
             state.objects.remove(uid);

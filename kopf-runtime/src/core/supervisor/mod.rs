@@ -28,6 +28,7 @@ pub(crate) mod meter;
 mod outputs;
 mod policy;
 mod report;
+mod road;
 mod runner;
 mod schedule;
 mod shutdown;
@@ -186,8 +187,8 @@ impl Supervisor {
         let inner = SupervisorCore {
             handlers,
             services,
+            road: road::Road::new(tx, config.sink.clone()),
             config,
-            effects: tx,
             state: Mutex::new(State::new()),
             rng: Mutex::new(rng),
             fires: AtomicU64::new(0),

@@ -4,7 +4,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -14,7 +14,6 @@ pub(crate) use super::instance::InstanceShared;
 use super::meter::HandlerMeter;
 use super::report::ShutdownPhase;
 use crate::core::clearance::Clearance;
-use crate::core::effects::Effect;
 use crate::core::erased::{ErasedHandler, Services};
 use crate::core::memo::ObjectMemo;
 use crate::core::object::{ObjectRef, ObjectState};
@@ -27,7 +26,8 @@ pub(crate) struct SupervisorCore {
     pub(crate) handlers: Vec<Arc<dyn ErasedHandler>>,
     pub(crate) services: Services,
     pub(crate) config: SupervisorConfig,
-    pub(crate) effects: mpsc::UnboundedSender<Effect>,
+    /// The one road out for results and other effects.
+    pub(crate) road: super::road::Road,
     pub(crate) state: Mutex<State>,
     pub(crate) rng: Mutex<fastrand::Rng>,
     /// Invocations started.
