@@ -1,6 +1,7 @@
 //! One object's changes (its diff base, the change in flight, whether its change task runs)
 //! and the decisions about them: which change to start, when to stop the task, whether the
-//! finalizer is held. A leaf: the state keeps these in its entries; `changes.rs` drives them.
+//! finalizer is held. Kept as parts (`parts.rs`) of the supervisor and of each object entry;
+//! `changes.rs` drives them.
 
 use std::sync::Arc;
 
@@ -8,6 +9,7 @@ use jiff::Timestamp;
 use serde_json::Value;
 
 use super::instance::InstanceShared;
+use super::parts::ObjectPart;
 use crate::core::changes::base::DiffBase;
 use crate::core::changes::essence::{self, EssenceCfg, Observed};
 use crate::core::changes::keys::Keys;
@@ -128,6 +130,12 @@ pub(crate) struct ObjectChanges {
     pub(crate) first_sight: bool,
     /// The object as this process last handled it (`Old`, `Diff`).
     pub(crate) old: Option<Arc<ObjectState>>,
+}
+
+impl ObjectPart for ObjectChanges {
+    fn busy(&self) -> bool {
+        self.task.is_some()
+    }
 }
 
 impl ObjectChanges {

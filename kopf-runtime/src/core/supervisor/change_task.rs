@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::cron::{monotonic, monotonic_past};
+use super::change_state::ObjectChanges;
 use super::invoke::{Attempt, AttemptEnd};
 use super::policy::Verdict;
 use super::runner::Runner;
@@ -26,6 +26,7 @@ use super::state::{Exit, InstanceShared, ObjectEntry, SupervisorCore};
 use crate::core::changes::machine::Step;
 use crate::core::changes::write::ChangeWrite;
 use crate::core::changes::{ChangeKind, Outcome};
+use crate::core::clock::{monotonic, monotonic_past};
 use crate::core::erased::Output;
 
 /// A change task, which reports its end to the supervisor when dropped.
@@ -46,7 +47,7 @@ impl Drop for ChangeTask {
 
 /// Starts the change task of `entry` (the caller counts it as active).
 pub(crate) fn spawn(inner: &Arc<SupervisorCore>, entry: &mut ObjectEntry) {
-    let Some(changes) = entry.changes.as_mut() else {
+    let Some(changes) = entry.parts.get_mut::<ObjectChanges>() else {
         return;
     };
     let shared = Arc::new(InstanceShared::default());
@@ -117,7 +118,7 @@ impl ChangeTask {
         let live = entry.live.subscribe();
         let object = Arc::clone(&live.borrow());
         let slots = &entry.slots;
-        let Some(changes) = entry.changes.as_mut() else {
+        let Some(changes) = entry.parts.get_mut::<ObjectChanges>() else {
             return Next::Exit(Exit::Done);
         };
         let Some(run) = changes.run.as_mut() else {
@@ -184,7 +185,7 @@ impl ChangeTask {
         let write = {
             let mut state = self.inner.lock();
             let run = (state.objects.get_mut(&self.uid))
-                .and_then(|entry| entry.changes.as_mut())
+                .and_then(|entry| entry.parts.get_mut::<ObjectChanges>())
                 .and_then(|changes| changes.run.as_mut());
             run.and_then(|run| run.complete(runner.index, outcome.as_outcome(), now))
         };
@@ -201,7 +202,7 @@ impl ChangeTask {
     fn stopped(&self, exit: Exit) -> Exit {
         let mut state = self.inner.lock();
         let run = (state.objects.get_mut(&self.uid))
-            .and_then(|entry| entry.changes.as_mut())
+            .and_then(|entry| entry.parts.get_mut::<ObjectChanges>())
             .and_then(|changes| changes.run.as_mut());
         if let Some(run) = run {
             run.stop();
@@ -216,7 +217,7 @@ impl ChangeTask {
             return;
         };
         let live = Arc::clone(&entry.live.borrow());
-        let Some(changes) = entry.changes.as_mut() else {
+        let Some(changes) = entry.parts.get_mut::<ObjectChanges>() else {
             return;
         };
         let Some(run) = &changes.run else {
@@ -248,7 +249,7 @@ impl ChangeTask {
                 Arc::clone(entry.live.borrow().body()),
             )
         };
-        let Some(changes) = self.inner.changes.as_ref() else {
+        let Some(changes) = self.inner.changes() else {
             return;
         };
         let Some(patch) = write.into_patch(&changes.keys, handler, &body, &reference.uid) else {

@@ -26,7 +26,7 @@ use super::runner::Runner;
 use super::schedule::draw_jitter;
 use super::state::Exit;
 use crate::core::changes::keys::{cron_key, legacy_cron_key};
-use crate::core::clock::WallClock;
+use crate::core::clock::{WallClock, monotonic, monotonic_past};
 use crate::core::cron::Plan;
 use crate::core::erased::Output;
 use crate::core::spec::{CronSchedule, Missed};
@@ -162,19 +162,6 @@ fn latest_missed(
         created.as_str()?.parse().ok()
     })?;
     plan.latest_until(now).filter(|due| *due > floor)
-}
-
-/// When the wall clock will read `at`, on the monotonic clock (now if it is past).
-pub(super) fn monotonic(clock: &WallClock, at: Timestamp) -> Instant {
-    let ahead = at.duration_since(clock.now());
-    Instant::now() + Duration::try_from(ahead).unwrap_or_default()
-}
-
-/// When the wall clock read `at` (now if it is still ahead), on the monotonic clock.
-pub(super) fn monotonic_past(clock: &WallClock, at: Timestamp) -> Instant {
-    let now = Instant::now();
-    let behind = Duration::try_from(clock.now().duration_since(at)).unwrap_or_default();
-    now.checked_sub(behind).unwrap_or(now)
 }
 
 /// Waits until the wall clock reads `target`, in naps of at most [`NAP`] on the monotonic

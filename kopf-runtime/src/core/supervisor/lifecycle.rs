@@ -62,7 +62,7 @@ impl SupervisorCore {
                 _ => evaluate(h.as_ref(), &object),
             })
             .collect();
-        let digest = (self.changes.as_ref()).map(|changes| changes.digest(object.body()));
+        let digest = self.change_digest(object.body());
         let essence = self.needs_essence.then(|| {
             let cfg = &self.config;
             essence::fingerprint(object.body(), &cfg.finalizer, &cfg.annotation_prefix)
@@ -82,20 +82,16 @@ impl SupervisorCore {
         let entry = state
             .objects
             .entry(Arc::clone(&uid))
-            .or_insert_with(|| ObjectEntry::new(Arc::clone(&object), handlers, digest));
+            .or_insert_with(|| ObjectEntry::new(Arc::clone(&object), handlers));
         // Back after a deletion at an older version, or after it was released to another
         // replica (no tombstone then).
-        if seen == Seen::Back || (entry.gone && seen == Seen::Live) {
+        let back = seen == Seen::Back || (entry.gone && seen == Seen::Live);
+        if back {
             // Kept while its instances exit or its abandoned threads return: alive again.
             (entry.gone, entry.deleting, entry.finalizer_sent) = (false, false, None);
             entry.released = false;
-            if let Some(changes) = entry.changes.as_mut() {
-                (changes.reload, changes.first_sight) = (true, true);
-            }
         }
-        if let (Some(changes), Some(digest)) = (entry.changes.as_mut(), digest) {
-            changes.digest = digest;
-        }
+        Self::changes_seen(entry, digest, back);
         if entry.essence.is_some() && entry.essence != essence {
             entry.idle.reset(Instant::now());
         }

@@ -26,6 +26,7 @@ mod ladder;
 mod lifecycle;
 pub(crate) mod meter;
 mod outputs;
+mod parts;
 mod policy;
 mod report;
 mod road;
@@ -181,6 +182,10 @@ impl Supervisor {
                     tracing::error!("the change handlers cannot run: {err}");
                     None
                 });
+        let mut kinds = parts::KindParts::default();
+        if let Some(changes) = changes {
+            kinds.insert(changes);
+        }
         let rng = config
             .seed
             .map_or_else(fastrand::Rng::new, fastrand::Rng::with_seed);
@@ -200,7 +205,7 @@ impl Supervisor {
             ended: Mutex::default(),
             force: CancellationToken::new(),
             needs_essence,
-            changes,
+            kinds,
             clearance: OnceLock::new(),
             meters,
         };
