@@ -9,7 +9,6 @@
 pub(crate) mod changes;
 pub(crate) mod clearance;
 pub(crate) mod clock;
-pub(crate) mod cron;
 pub(crate) mod diff;
 pub(crate) mod effects;
 pub(crate) mod erased;

@@ -3,7 +3,7 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
-use super::blocking::BlockingPool;
+use super::run::blocking::BlockingPool;
 use crate::core::clock::WallClock;
 use crate::core::sink::PatchSinkHandle;
 

@@ -11,9 +11,9 @@ use std::sync::{Arc, MutexGuard};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::essence;
-use super::runner::Runner;
-use super::state::{
+use super::rules::essence;
+use super::run::runner::Runner;
+use super::run::state::{
     Active, Ended, Exit, InstanceShared, Lingering, ObjectEntry, Run, Seen, State, SupervisorCore,
 };
 use crate::core::effects::Effect;
@@ -260,7 +260,7 @@ impl SupervisorCore {
         let shared = Arc::new(InstanceShared::default());
         let runner = Runner::new(self, entry, index, Arc::clone(&shared));
         entry.slots[index].run = Run::Active(Active { shared });
-        super::task::spawn(runner);
+        super::daemons::task::spawn(runner);
     }
 
     /// An instance's task ended (or was abandoned): update the slot and react at once. During
@@ -362,7 +362,7 @@ impl SupervisorCore {
 
     /// Narrows or widens the objects handlers run for; instances out of it stop with
     /// `OPERATOR_PAUSING`, matching ones newly in it start.
-    pub(crate) fn set_scope(self: &Arc<Self>, scope: Option<super::state::InScope>) {
+    pub(crate) fn set_scope(self: &Arc<Self>, scope: Option<super::run::state::InScope>) {
         let mut state = self.lock();
         state.scope = scope;
         let uids: Vec<Arc<str>> = state.objects.keys().cloned().collect();
@@ -395,7 +395,7 @@ fn evaluate(handler: &dyn crate::core::erased::ErasedHandler, object: &ObjectSta
         Err(panic) => {
             let message = format!(
                 "the filters panicked: {}",
-                super::runner::panic_message(&panic)
+                super::run::runner::panic_message(&panic)
             );
             Match::Skip(message.clone(), message)
         }

@@ -9,34 +9,16 @@
 //! `essence` what counts as a change for `idle`; `shutdown` and `stats` are operator-wide.
 //! The behaviour is documented in `docs/daemons.md` and `docs/timers.md`.
 
-mod blocking;
-pub(crate) mod census;
-mod change_state;
-mod change_task;
-mod changes;
-pub(crate) use changes::check as check_change_handlers;
+pub(crate) mod changes;
 mod config;
-mod cron;
-mod daemon;
-mod essence;
-mod exit;
-mod instance;
-mod invoke;
-mod ladder;
+pub(crate) mod daemons;
 mod lifecycle;
-pub(crate) mod meter;
-mod outputs;
-mod parts;
-mod policy;
-mod report;
-mod road;
-mod runner;
-mod schedule;
+pub(crate) mod rules;
+pub(crate) mod run;
 mod shutdown;
-mod state;
-mod stats;
-mod task;
-mod timer;
+
+pub(crate) use self::changes::check as check_change_handlers;
+pub(crate) use self::run::{census, meter};
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
@@ -45,15 +27,15 @@ use std::sync::{Arc, Mutex, OnceLock};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-pub use self::blocking::BlockingPool;
-use self::census::MeterReader;
 pub use self::config::SupervisorConfig;
-use self::meter::HandlerMeter;
-pub(crate) use self::report::ShutdownCounts;
-pub use self::report::ShutdownReport;
-pub use self::state::InScope;
-use self::state::{State, SupervisorCore};
-pub use self::stats::Stats;
+pub use self::run::blocking::BlockingPool;
+use self::run::census::MeterReader;
+use self::run::meter::HandlerMeter;
+pub(crate) use self::run::report::ShutdownCounts;
+pub use self::run::report::ShutdownReport;
+pub use self::run::state::InScope;
+use self::run::state::{State, SupervisorCore};
+pub use self::run::stats::Stats;
 use crate::core::clearance::Clearance;
 use crate::core::effects::Effect;
 use crate::core::erased::{ErasedHandler, Services};
@@ -122,12 +104,12 @@ struct Owner(Arc<SupervisorCore>);
 impl Drop for Owner {
     fn drop(&mut self) {
         let state = self.0.lock();
-        if matches!(state.shutdown, report::ShutdownPhase::Done(_)) {
+        if matches!(state.shutdown, run::report::ShutdownPhase::Done(_)) {
             return; // nothing runs after a completed shutdown
         }
         for entry in state.objects.values() {
             for slot in &entry.slots {
-                if let state::Run::Active(active) = &slot.run {
+                if let run::state::Run::Active(active) = &slot.run {
                     active.shared.stop(StopReason::OPERATOR_EXITING);
                 }
             }
@@ -177,12 +159,12 @@ impl Supervisor {
             spec.kind == HandlerKind::Timer && spec.schedule.idle.is_some()
         });
         let changes =
-            change_state::Changes::build(&handlers, &config.annotation_prefix, &config.finalizer)
+            changes::state::Changes::build(&handlers, &config.annotation_prefix, &config.finalizer)
                 .unwrap_or_else(|err| {
                     tracing::error!("the change handlers cannot run: {err}");
                     None
                 });
-        let mut kinds = parts::KindParts::default();
+        let mut kinds = run::parts::KindParts::default();
         if let Some(changes) = changes {
             kinds.insert(changes);
         }
@@ -192,7 +174,7 @@ impl Supervisor {
         let inner = SupervisorCore {
             handlers,
             services,
-            road: road::Road::new(tx, config.sink.clone()),
+            road: run::road::Road::new(tx, config.sink.clone()),
             config,
             state: Mutex::new(State::new()),
             rng: Mutex::new(rng),

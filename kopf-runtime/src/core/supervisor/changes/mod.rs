@@ -13,16 +13,21 @@
 //! The change task (`change_task.rs`) runs the change's handlers one at a time and persists
 //! each step; the pure decisions are in `core/changes`.
 
+pub(crate) mod state;
+mod task;
+
 use std::sync::Arc;
 
-use super::change_state::{Changes, Facts, ObjectChanges};
-use super::state::{Exit, InstanceShared, ObjectEntry, State, SupervisorCore};
+use self::state::{Changes, Facts, ObjectChanges};
 use crate::core::changes::BuildError;
 use crate::core::changes::ChangeKind;
 use crate::core::changes::machine::ChangeRun;
 use crate::core::erased::ErasedHandler;
 use crate::core::object::ObjectState;
 use crate::core::stop::StopReason;
+use crate::core::supervisor::run::state::{
+    Exit, InstanceShared, ObjectEntry, State, SupervisorCore,
+};
 
 /// The facts of `entry`, whose latest version is `object`.
 pub(crate) fn facts<'a>(
@@ -135,7 +140,7 @@ impl SupervisorCore {
         if gone || !may_spawn || !own.plan(changes, &facts, now) {
             return 0;
         }
-        super::change_task::spawn(self, entry);
+        self::task::spawn(self, entry);
         1
     }
 

@@ -8,8 +8,6 @@ use std::sync::Arc;
 use jiff::Timestamp;
 use serde_json::Value;
 
-use super::instance::InstanceShared;
-use super::parts::ObjectPart;
 use crate::core::changes::base::DiffBase;
 use crate::core::changes::essence::{self, EssenceCfg, Observed};
 use crate::core::changes::keys::Keys;
@@ -21,6 +19,8 @@ use crate::core::erased::ErasedHandler;
 use crate::core::object::ObjectState;
 use crate::core::spec::HandlerKind;
 use crate::core::stop::StopReason;
+use crate::core::supervisor::run::instance::InstanceShared;
+use crate::core::supervisor::run::parts::ObjectPart;
 
 /// A kind's change handlers and where their state is stored (one per supervisor).
 pub(crate) struct Changes {

@@ -20,16 +20,16 @@ use jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
 use tokio::time::Instant;
 
-use super::invoke::{Attempt, AttemptEnd};
-use super::policy::Verdict;
-use super::runner::Runner;
-use super::schedule::draw_jitter;
-use super::state::Exit;
 use crate::core::changes::keys::{cron_key, legacy_cron_key};
 use crate::core::clock::{WallClock, monotonic, monotonic_past};
-use crate::core::cron::Plan;
 use crate::core::erased::Output;
 use crate::core::spec::{CronSchedule, Missed};
+use crate::core::supervisor::rules::cron::Plan;
+use crate::core::supervisor::rules::policy::Verdict;
+use crate::core::supervisor::rules::schedule::draw_jitter;
+use crate::core::supervisor::run::invoke::{Attempt, AttemptEnd};
+use crate::core::supervisor::run::runner::Runner;
+use crate::core::supervisor::run::state::Exit;
 use crate::core::sync::lock;
 
 /// The longest single sleep: a wall-clock jump is noticed within it.

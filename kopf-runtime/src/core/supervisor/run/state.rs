@@ -8,8 +8,6 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::config::SupervisorConfig;
-pub(crate) use super::exit::Exit;
 pub(crate) use super::instance::InstanceShared;
 use super::meter::HandlerMeter;
 use super::parts::{KindParts, ObjectParts};
@@ -19,6 +17,8 @@ use crate::core::erased::{ErasedHandler, Services};
 use crate::core::memo::ObjectMemo;
 use crate::core::object::{ObjectRef, ObjectState};
 use crate::core::spec::HandlerKind;
+use crate::core::supervisor::config::SupervisorConfig;
+pub(crate) use crate::core::supervisor::rules::exit::Exit;
 use crate::core::sync::lock;
 use crate::core::teardown;
 

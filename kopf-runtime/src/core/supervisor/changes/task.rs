@@ -18,16 +18,16 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::change_state::ObjectChanges;
-use super::invoke::{Attempt, AttemptEnd};
-use super::policy::Verdict;
-use super::runner::Runner;
-use super::state::{Exit, InstanceShared, ObjectEntry, SupervisorCore};
+use super::state::ObjectChanges;
 use crate::core::changes::machine::Step;
 use crate::core::changes::write::ChangeWrite;
 use crate::core::changes::{ChangeKind, Outcome};
 use crate::core::clock::{monotonic, monotonic_past};
 use crate::core::erased::Output;
+use crate::core::supervisor::rules::policy::Verdict;
+use crate::core::supervisor::run::invoke::{Attempt, AttemptEnd};
+use crate::core::supervisor::run::runner::Runner;
+use crate::core::supervisor::run::state::{Exit, InstanceShared, ObjectEntry, SupervisorCore};
 
 /// A change task, which reports its end to the supervisor when dropped.
 struct ChangeTask {
