@@ -14,6 +14,8 @@ pub(crate) mod effects;
 pub(crate) mod erased;
 pub(crate) mod filter;
 pub(crate) mod hash;
+pub(crate) mod keys;
+pub(crate) mod location;
 pub(crate) mod memo;
 pub(crate) mod object;
 pub(crate) mod outcome;

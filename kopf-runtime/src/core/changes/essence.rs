@@ -15,8 +15,8 @@ use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Map, Value};
 
 use super::FieldPath;
-use super::keys::is_bookkeeping;
 use crate::core::hash::Fnv64;
+use crate::core::keys::is_bookkeeping;
 
 /// Top-level keys outside the essence (`metadata` and `status` contribute parts of theirs).
 const OUTSIDE: [&str; 4] = ["apiVersion", "kind", "metadata", "status"];

@@ -1,13 +1,30 @@
-//! The supervisor: runs, restarts, schedules and stops every daemon and timer of every object,
-//! and tells the Kubernetes side what to do ([`Effect`]s). It knows nothing about Kubernetes:
-//! the operator adapter feeds it object versions ([`Supervisor::observe`]) and disappearances
-//! ([`Supervisor::gone`]).
+//! The supervisor: runs, restarts, schedules and stops the handlers of every object — daemons,
+//! timers and change handlers — and tells the Kubernetes side what to do ([`Effect`]s). It
+//! knows nothing about Kubernetes: the operator adapter feeds it object versions
+//! ([`Supervisor::observe`]) and disappearances ([`Supervisor::gone`]).
 //!
-//! Layout: `object` decides per object (spawn, stop, finalizer), `runner` is one instance's
-//! task, `daemon`/`timer` are the two loops, `invoke` runs one invocation with its timeout and
-//! the stop ladder of `ladder`; `policy` decides retries, `schedule` the timer arithmetic,
-//! `essence` what counts as a change for `idle`; `shutdown` and `stats` are operator-wide.
-//! The behaviour is documented in `docs/daemons.md` and `docs/timers.md`.
+//! Layout: handler kinds are peers on a small core, and the pure rules are apart from the
+//! running code. No kind imports another kind's files.
+//!
+//! ```text
+//!  mod (the handle), lifecycle (per object: match, spawn, stop, finalizer), shutdown
+//!      │ dispatches to
+//!      ├──────────────────────────────┬──────────────────────────────┐
+//!  daemons/  task ─▶ daemon, timer, cron     changes/  mod (reconcile) ─▶ task ─▶ state
+//!      │ built on                     │                 │ rules: core/changes (pure)
+//!      ▼                              ▼                 ▼
+//!  run/  the small core: state (objects, slots, a kind's own state as `parts`), runner,
+//!        invoke (timeout, stop ladder, threads), road (the one road for results: effects and
+//!        the output sink), meter, census, stats, report, outputs, instance, blocking
+//!      │ asks
+//!      ▼
+//!  rules/  pure: ladder (stop ladder), policy (retries), schedule (timer arithmetic), cron
+//!          (occurrences), essence (what counts as a change for `idle`), exit
+//! ```
+//!
+//! `config` holds the operator-wide [`SupervisorConfig`], with the output sink every kind's
+//! results are stored through. The behaviour is documented in `docs/daemons.md`,
+//! `docs/timers.md` and `docs/change-handlers.md`.
 
 pub(crate) mod changes;
 mod config;

@@ -10,12 +10,12 @@ use serde_json::Value;
 
 use crate::core::changes::base::DiffBase;
 use crate::core::changes::essence::{self, EssenceCfg, Observed};
-use crate::core::changes::keys::Keys;
 use crate::core::changes::machine::{ChangeRun, Detected, Inputs, detect};
 use crate::core::changes::progress::Progress;
 use crate::core::changes::{BuildError, ChangeHandler, ChangeHandlers, ChangeKind, FieldPath};
 use crate::core::diff::{ChangeContext, FieldValues};
 use crate::core::erased::ErasedHandler;
+use crate::core::keys::Keys;
 use crate::core::object::ObjectState;
 use crate::core::spec::HandlerKind;
 use crate::core::stop::StopReason;
@@ -47,7 +47,7 @@ impl Changes {
     /// The change handlers among `handlers` (`None`: there are none), stored under `prefix`
     /// with the operator's storage name taken from its `finalizer` ([`storage_name`]).
     ///
-    /// [`storage_name`]: crate::core::changes::keys::storage_name
+    /// [`storage_name`]: crate::core::keys::storage_name
     ///
     /// # Errors
     /// A handler watches a change handler's result, or a change's progress could not fit.

@@ -9,7 +9,7 @@
 //!             (retries only until the next occurrence) ──▶ record it ──▶ next occurrence …
 //! ```
 //! The last run occurrence is recorded in an annotation `<prefix><op>.<id>.cron` on the object
-//! (`<op>`: the operator's storage name, see `changes::keys`), in the same patch as the run's
+//! (`<op>`: the operator's storage name, see `core::keys`), in the same patch as the run's
 //! result, so a restarted or new owner neither runs it again nor (with `missed = "run_once"`)
 //! forgets the latest one it missed. The record of earlier versions, `<prefix><id>.cron`
 //! (shared by every operator with that prefix), is read while the new one is absent.
@@ -20,9 +20,9 @@ use jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
 use tokio::time::Instant;
 
-use crate::core::changes::keys::{cron_key, legacy_cron_key};
 use crate::core::clock::{WallClock, monotonic, monotonic_past};
 use crate::core::erased::Output;
+use crate::core::keys::{cron_key, legacy_cron_key};
 use crate::core::spec::{CronSchedule, Missed};
 use crate::core::supervisor::rules::cron::Plan;
 use crate::core::supervisor::rules::policy::Verdict;

@@ -3,7 +3,7 @@
 //! The essence is the body without `status` and without system metadata (`resourceVersion`,
 //! `generation`, `managedFields`, timestamps, `uid`, `selfLink`), without the framework's own
 //! finalizer, without annotations under the framework's prefix and without any kopf-rs
-//! operator's bookkeeping under another prefix (`changes::keys::is_bookkeeping`). So a timer's
+//! operator's bookkeeping under another prefix (`core::keys::is_bookkeeping`). So a timer's
 //! own status writes, result stores and the bookkeeping of this or another operator never reset
 //! `idle`. Only a fingerprint
 //! (a 64-bit hash with sorted keys) is kept per object.
@@ -12,7 +12,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 
 use serde_json::{Map, Value};
 
-use crate::core::changes::keys::is_bookkeeping;
+use crate::core::keys::is_bookkeeping;
 
 /// Metadata fields the API server or the framework changes without any user intent.
 const SYSTEM_METADATA: [&str; 8] = [
