@@ -8,8 +8,8 @@
 //! from it (`kopf.dev/<name>`), else the whole custom finalizer. So two operators on one kind,
 //! which never share a finalizer, never share this state either (nor their `.cron` records,
 //! `<prefix><op>.<id>.cron`). A long name is shortened with a hash to the 63 characters of an
-//! annotation name. Their format is in [`crate::core::changes::format`]; what one step of a change writes is
-//! [`crate::core::changes::write::ChangeWrite`].
+//! annotation name. Their format is in [`crate::core::changes::format`]; what one step of a
+//! change writes is [`crate::core::changes::write::ChangeWrite`].
 //!
 //! Both annotations name the object they were written for (`"u"`, its UID): a copy on another
 //! object (a clone made from exported YAML) is ignored there.

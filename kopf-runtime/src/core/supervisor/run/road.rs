@@ -3,15 +3,15 @@
 //! nothing else in the supervisor sends an effect or writes to an object.
 //!
 //! ```text
-//!  daemon / timer ── output, failure ──▶ Road::send ──▶ Effect channel ──▶ adapter: queue ──▶ write
-//!  change handler ── step to store ───▶ Road::store ─▶ output sink (awaited) ─────────────▶ write
-//!  lifecycle ─────── finalizer, skip ──▶ Road::send
+//!  daemon / timer ─ output, failure ─▶ Road::send ──▶ Effect channel ─▶ adapter queue ─▶ write
+//!  change handler ─ step to store ───▶ Road::store ─▶ output sink (awaited) ──────────▶ write
+//!  lifecycle ────── finalizer, skip ─▶ Road::send
 //! ```
 //!
 //! The output sink is given to the supervisor explicitly ([`SupervisorConfig::sink`]); without
 //! one (tests of the core) a stored step lives in memory only.
 //!
-//! [`SupervisorConfig::sink`]: super::SupervisorConfig::sink
+//! [`SupervisorConfig::sink`]: crate::core::supervisor::SupervisorConfig::sink
 
 use serde_json::Value;
 use tokio::sync::mpsc;
