@@ -39,9 +39,11 @@
 //! - The supervisor: [`Supervisor`], its [`SupervisorConfig`] (with the [`WallClock`] cron
 //!   timers read) and [`BlockingPool`], the
 //!   [`Effect`]s it sends, its [`Stats`] and [`ShutdownReport`].
-//! - Writes from running handlers: [`PatchSink`], stored in the services as a
-//!   [`PatchSinkHandle`] (its errors are [`PatchError`](crate::PatchError)s, at the root, as
-//!   handlers see them from [`Patch::flush`](crate::Patch::flush)).
+//! - Writes to objects: a [`PatchSink`], as a [`PatchSinkHandle`]: given to the supervisor as
+//!   its output sink ([`SupervisorConfig::sink`], where change handlers' results and progress
+//!   are stored), and stored in the services for handlers' own
+//!   [`Patch::flush`](crate::Patch::flush) (its errors are
+//!   [`PatchError`](crate::PatchError)s, at the root).
 //!
 //! The types handlers see directly ([`Stopper`](crate::Stopper),
 //! [`HandlerError`](crate::HandlerError), [`ObjectRef`](crate::ObjectRef),

@@ -79,3 +79,16 @@ impl WallClock {
         }
     }
 }
+
+/// When `clock` will read `at`, on the monotonic clock (now if it is past).
+pub(crate) fn monotonic(clock: &WallClock, at: Timestamp) -> Instant {
+    let ahead = at.duration_since(clock.now());
+    Instant::now() + std::time::Duration::try_from(ahead).unwrap_or_default()
+}
+
+/// When `clock` read `at` (now if it is still ahead), on the monotonic clock.
+pub(crate) fn monotonic_past(clock: &WallClock, at: Timestamp) -> Instant {
+    let now = Instant::now();
+    let behind = std::time::Duration::try_from(clock.now().duration_since(at)).unwrap_or_default();
+    now.checked_sub(behind).unwrap_or(now)
+}

@@ -9,13 +9,14 @@
 pub(crate) mod changes;
 pub(crate) mod clearance;
 pub(crate) mod clock;
-pub(crate) mod cron;
 pub(crate) mod diff;
 pub(crate) mod effects;
 pub(crate) mod erased;
 pub(crate) mod essence;
 pub(crate) mod filter;
 pub(crate) mod hash;
+pub(crate) mod keys;
+pub(crate) mod location;
 pub(crate) mod memo;
 pub(crate) mod object;
 pub(crate) mod outcome;

@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use super::filter::Filters;
+pub use super::location::SourceLocation;
 
 /// What kind of handler this is: a daemon, a timer, or a change handler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -70,23 +71,6 @@ pub enum ErrorsMode {
     Permanent,
     /// Log it and treat the invocation as done (no retry, no failure).
     Ignored,
-}
-
-/// Where a handler was defined (for duplicate-id and failure messages).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SourceLocation {
-    /// The source file, as `file!()` gives it.
-    pub file: &'static str,
-    /// The line of the handler function.
-    pub line: u32,
-    /// The column of the handler function.
-    pub column: u32,
-}
-
-impl std::fmt::Display for SourceLocation {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}:{}:{}", self.file, self.line, self.column)
-    }
 }
 
 /// A timer's schedule. All `None`/`false` for daemons.
@@ -255,11 +239,7 @@ impl HandlerSpec {
         Self {
             id,
             kind,
-            location: SourceLocation {
-                file: "<unknown>",
-                line: 0,
-                column: 0,
-            },
+            location: SourceLocation::UNKNOWN,
             blocking: false,
             errors: ErrorsMode::Temporary,
             backoff: Self::DEFAULT_BACKOFF,

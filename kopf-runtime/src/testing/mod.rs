@@ -93,9 +93,14 @@ impl Simulation {
         let mut kinds = BTreeMap::new();
         for (info, handlers) in registry.by_resource() {
             let sink = world::Sink::new(&world);
+            let handle = PatchSinkHandle(Arc::new(sink.clone()));
             let mut services = Services::default();
-            services.insert(PatchSinkHandle(Arc::new(sink.clone())));
-            let (supervisor, effects) = Supervisor::new(handlers, services, config.clone());
+            services.insert(handle.clone());
+            let config = SupervisorConfig {
+                sink: Some(handle),
+                ..config.clone()
+            };
+            let (supervisor, effects) = Supervisor::new(handlers, services, config);
             lock(&world).attach(info.clone(), supervisor.clone());
             tokio::spawn(sink.serve(effects));
             kinds.insert(info, supervisor);

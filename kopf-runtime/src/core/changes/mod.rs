@@ -16,7 +16,7 @@
 //!             └─ Finished(write?) ── persist; create/update: the target is the new base
 //! ```
 //!
-//! - [`keys`]: the two annotations, their format, and what one step writes.
+//! - [`keys`](crate::core::keys): the two annotations, their format, and what one step writes.
 //! - [`essence`]: what counts as a change (the change view of `core::essence`), and its stable
 //!   digest.
 //! - [`base`]: the diff base (`last-handled`): the digest plus the watched fields, bounded.
@@ -29,12 +29,11 @@
 pub(crate) mod base;
 pub(crate) mod essence;
 pub(crate) mod format;
-pub(crate) mod keys;
 pub(crate) mod machine;
 pub(crate) mod progress;
 pub(crate) mod write;
 
-use crate::core::spec::{HandlerKind, HandlerSpec, SourceLocation};
+use crate::core::location::SourceLocation;
 use essence::json_str_len;
 
 /// The four kinds of change handler, which are also the causes of a change (a change runs the
@@ -205,7 +204,7 @@ pub(crate) fn worst_case<'a>(ids: impl Iterator<Item = &'a str>) -> usize {
 }
 
 /// Where a hand-built handler (`HandlerSpec::new`) is "defined": such handlers come last.
-const UNKNOWN: SourceLocation = HandlerSpec::new("", HandlerKind::Daemon).location;
+const UNKNOWN: SourceLocation = SourceLocation::UNKNOWN;
 
 /// A kind's change handlers, in the defined order, built once per supervisor.
 #[derive(Debug, Clone)]
@@ -291,6 +290,7 @@ mod tests {
     use super::essence::{EssenceCfg, Observed, observe};
     use super::progress::{PROGRESS_CAP, Progress, Record, State};
     use super::*;
+    use crate::core::spec::{HandlerKind, HandlerSpec};
 
     /// A wall-clock time, `second`s after a fixed instant.
     pub(super) fn t(second: i64) -> Timestamp {

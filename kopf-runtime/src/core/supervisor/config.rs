@@ -3,8 +3,9 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
-use super::blocking::BlockingPool;
+use super::run::blocking::BlockingPool;
 use crate::core::clock::WallClock;
+use crate::core::sink::PatchSinkHandle;
 
 /// Operator-wide options of a [`Supervisor`](super::Supervisor).
 ///
@@ -47,6 +48,11 @@ pub struct SupervisorConfig {
     /// The wall clock cron timers read (default: the system's; tests give one that follows
     /// tokio's paused clock).
     pub wall_clock: WallClock,
+    /// The output sink: where a handler's step that must be stored before the next begins is
+    /// written (a change handler's result and progress), through the same road as every other
+    /// result (see `road.rs`). `None` (the default): such steps live in memory only. The
+    /// operator and the `testing` kit give each kind's supervisor the sink of its kind.
+    pub sink: Option<PatchSinkHandle>,
 }
 
 impl SupervisorConfig {
@@ -65,6 +71,7 @@ impl Default for SupervisorConfig {
             daemons_await_finalizer: false,
             default_backoff: None,
             wall_clock: WallClock::system(),
+            sink: None,
         }
     }
 }

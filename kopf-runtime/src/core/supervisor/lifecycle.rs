@@ -11,11 +11,11 @@ use std::sync::{Arc, MutexGuard};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::runner::Runner;
-use super::state::{
+use super::run::runner::Runner;
+use super::run::state::{
     Active, Ended, Exit, InstanceShared, Lingering, ObjectEntry, Run, Seen, State, SupervisorCore,
 };
-use super::task::InstanceKind;
+use super::daemons::task::InstanceKind;
 use crate::core::effects::Effect;
 use crate::core::erased::MatchError;
 use crate::core::essence::{self, Owner};
@@ -46,7 +46,7 @@ impl SupervisorCore {
         let live = (state.objects.get_key_value(uid)).filter(|(_, o)| !o.gone || o.released);
         if let Some(key) = live.map(|(key, _)| Arc::clone(key)) {
             state.outputs.sent(&key, &effect);
-            let _ = self.effects.send(effect);
+            self.road.send(effect);
         }
     }
 
@@ -63,7 +63,7 @@ impl SupervisorCore {
                 _ => evaluate(h.as_ref(), &object),
             })
             .collect();
-        let digest = (self.changes.as_ref()).map(|changes| changes.digest(object.body()));
+        let digest = self.change_digest(object.body());
         let essence = self.needs_essence.then(|| {
             let cfg = &self.config;
             let owner = Owner {
@@ -87,20 +87,16 @@ impl SupervisorCore {
         let entry = state
             .objects
             .entry(Arc::clone(&uid))
-            .or_insert_with(|| ObjectEntry::new(Arc::clone(&object), handlers, digest));
+            .or_insert_with(|| ObjectEntry::new(Arc::clone(&object), handlers));
         // Back after a deletion at an older version, or after it was released to another
         // replica (no tombstone then).
-        if seen == Seen::Back || (entry.gone && seen == Seen::Live) {
+        let back = seen == Seen::Back || (entry.gone && seen == Seen::Live);
+        if back {
             // Kept while its instances exit or its abandoned threads return: alive again.
             (entry.gone, entry.deleting, entry.finalizer_sent) = (false, false, None);
             entry.released = false;
-            if let Some(changes) = entry.changes.as_mut() {
-                (changes.reload, changes.first_sight) = (true, true);
-            }
         }
-        if let (Some(changes), Some(digest)) = (entry.changes.as_mut(), digest) {
-            changes.digest = digest;
-        }
+        Self::changes_seen(entry, digest, back);
         if entry.essence.is_some() && entry.essence != essence {
             entry.idle.reset(Instant::now());
         }
@@ -122,7 +118,7 @@ impl SupervisorCore {
                 slot.skipped = version;
                 let handler = self.handlers[index].spec().id;
                 tracing::warn!(object = %entry.reference, handler, "skipped: {message}");
-                let _ = self.effects.send(Effect::Skipped {
+                self.road.send(Effect::Skipped {
                     object: entry.reference.clone(),
                     handler,
                     message,
@@ -228,7 +224,7 @@ impl SupervisorCore {
         if !entry.gone && entry.finalizer_sent != Some(hold) {
             entry.finalizer_sent = Some(hold);
             let object = entry.reference.clone();
-            let _ = self.effects.send(Effect::Finalizer { object, hold });
+            self.road.send(Effect::Finalizer { object, hold });
         }
         if entry.gone && !entry.is_busy() {
             state.objects.remove(uid);
@@ -269,7 +265,7 @@ impl SupervisorCore {
         let shared = Arc::new(InstanceShared::default());
         let runner = Runner::new(self, entry, index, Arc::clone(&shared));
         entry.slots[index].run = Run::Active(Active { shared });
-        super::task::spawn(runner, kind);
+        super::daemons::task::spawn(runner, kind);
     }
 
     /// An instance's task ended (or was abandoned): update the slot and react at once. During
@@ -371,7 +367,7 @@ impl SupervisorCore {
 
     /// Narrows or widens the objects handlers run for; instances out of it stop with
     /// `OPERATOR_PAUSING`, matching ones newly in it start.
-    pub(crate) fn set_scope(self: &Arc<Self>, scope: Option<super::state::InScope>) {
+    pub(crate) fn set_scope(self: &Arc<Self>, scope: Option<super::run::state::InScope>) {
         let mut state = self.lock();
         state.scope = scope;
         let uids: Vec<Arc<str>> = state.objects.keys().cloned().collect();
@@ -404,7 +400,7 @@ fn evaluate(handler: &dyn crate::core::erased::ErasedHandler, object: &ObjectSta
         Err(panic) => {
             let message = format!(
                 "the filters panicked: {}",
-                super::runner::panic_message(&panic)
+                super::run::runner::panic_message(&panic)
             );
             Match::Skip(message.clone(), message)
         }

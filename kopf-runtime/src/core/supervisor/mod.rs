@@ -1,39 +1,41 @@
-//! The supervisor: runs, restarts, schedules and stops every daemon and timer of every object,
-//! and tells the Kubernetes side what to do ([`Effect`]s). It knows nothing about Kubernetes:
-//! the operator adapter feeds it object versions ([`Supervisor::observe`]) and disappearances
-//! ([`Supervisor::gone`]).
+//! The supervisor: runs, restarts, schedules and stops the handlers of every object — daemons,
+//! timers and change handlers — and tells the Kubernetes side what to do ([`Effect`]s). It
+//! knows nothing about Kubernetes: the operator adapter feeds it object versions
+//! ([`Supervisor::observe`]) and disappearances ([`Supervisor::gone`]).
 //!
-//! Layout: `object` decides per object (spawn, stop, finalizer), `runner` is one instance's
-//! task, `daemon`/`timer` are the two loops, `invoke` runs one invocation with its timeout and
-//! the stop ladder of `ladder`; `policy` decides retries, `schedule` the timer arithmetic
-//! (what resets `idle` is `core::essence`'s idle view); `shutdown` and `stats` are operator-wide.
-//! The behaviour is documented in `docs/daemons.md` and `docs/timers.md`.
+//! Layout: handler kinds are peers on a small core, and the pure rules are apart from the
+//! running code. No kind imports another kind's files.
+//!
+//! ```text
+//!  mod (the handle), lifecycle (per object: match, spawn, stop, finalizer), shutdown
+//!      │ dispatches to
+//!      ├──────────────────────────────┬──────────────────────────────┐
+//!  daemons/  task ─▶ daemon, timer, cron     changes/  mod (reconcile) ─▶ task ─▶ state
+//!      │ built on                     │                 │ rules: core/changes (pure)
+//!      ▼                              ▼                 ▼
+//!  run/  the small core: state (objects, slots, a kind's own state as `parts`), runner,
+//!        invoke (timeout, stop ladder, threads), road (the one road for results: effects and
+//!        the output sink), meter, census, stats, report, outputs, instance, blocking
+//!      │ asks
+//!      ▼
+//!  rules/  pure: ladder (stop ladder), policy (retries), schedule (timer arithmetic), cron
+//!          (occurrences), exit; what resets `idle` is `core::essence`'s idle view
+//! ```
+//!
+//! `config` holds the operator-wide [`SupervisorConfig`], with the output sink every kind's
+//! results are stored through. The behaviour is documented in `docs/daemons.md`,
+//! `docs/timers.md` and `docs/change-handlers.md`.
 
-mod blocking;
-pub(crate) mod census;
-mod change_state;
-mod change_task;
-mod changes;
-pub(crate) use changes::check as check_change_handlers;
+pub(crate) mod changes;
 mod config;
-mod cron;
-mod daemon;
-mod exit;
-mod instance;
-mod invoke;
-mod ladder;
+pub(crate) mod daemons;
 mod lifecycle;
-pub(crate) mod meter;
-mod outputs;
-mod policy;
-mod report;
-mod runner;
-mod schedule;
+pub(crate) mod rules;
+pub(crate) mod run;
 mod shutdown;
-mod state;
-mod stats;
-mod task;
-mod timer;
+
+pub(crate) use self::changes::check as check_change_handlers;
+pub(crate) use self::run::{census, meter};
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
@@ -42,15 +44,15 @@ use std::sync::{Arc, Mutex, OnceLock};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-pub use self::blocking::BlockingPool;
-use self::census::MeterReader;
 pub use self::config::SupervisorConfig;
-use self::meter::HandlerMeter;
-pub(crate) use self::report::ShutdownCounts;
-pub use self::report::ShutdownReport;
-pub use self::state::InScope;
-use self::state::{State, SupervisorCore};
-pub use self::stats::Stats;
+pub use self::run::blocking::BlockingPool;
+use self::run::census::MeterReader;
+use self::run::meter::HandlerMeter;
+pub(crate) use self::run::report::ShutdownCounts;
+pub use self::run::report::ShutdownReport;
+pub use self::run::state::InScope;
+use self::run::state::{State, SupervisorCore};
+pub use self::run::stats::Stats;
 use crate::core::clearance::Clearance;
 use crate::core::effects::Effect;
 use crate::core::erased::{ErasedHandler, Services};
@@ -119,12 +121,12 @@ struct Owner(Arc<SupervisorCore>);
 impl Drop for Owner {
     fn drop(&mut self) {
         let state = self.0.lock();
-        if matches!(state.shutdown, report::ShutdownPhase::Done(_)) {
+        if matches!(state.shutdown, run::report::ShutdownPhase::Done(_)) {
             return; // nothing runs after a completed shutdown
         }
         for entry in state.objects.values() {
             for slot in &entry.slots {
-                if let state::Run::Active(active) = &slot.run {
+                if let run::state::Run::Active(active) = &slot.run {
                     active.shared.stop(StopReason::OPERATOR_EXITING);
                 }
             }
@@ -174,19 +176,23 @@ impl Supervisor {
             spec.kind == HandlerKind::Timer && spec.schedule.idle.is_some()
         });
         let changes =
-            change_state::Changes::build(&handlers, &config.annotation_prefix, &config.finalizer)
+            changes::state::Changes::build(&handlers, &config.annotation_prefix, &config.finalizer)
                 .unwrap_or_else(|err| {
                     tracing::error!("the change handlers cannot run: {err}");
                     None
                 });
+        let mut kinds = run::parts::KindParts::default();
+        if let Some(changes) = changes {
+            kinds.insert(changes);
+        }
         let rng = config
             .seed
             .map_or_else(fastrand::Rng::new, fastrand::Rng::with_seed);
         let inner = SupervisorCore {
             handlers,
             services,
+            road: run::road::Road::new(tx, config.sink.clone()),
             config,
-            effects: tx,
             state: Mutex::new(State::new()),
             rng: Mutex::new(rng),
             fires: AtomicU64::new(0),
@@ -198,7 +204,7 @@ impl Supervisor {
             ended: Mutex::default(),
             force: CancellationToken::new(),
             needs_essence,
-            changes,
+            kinds,
             clearance: OnceLock::new(),
             meters,
         };

@@ -12,8 +12,8 @@ use std::sync::atomic::Ordering;
 
 use tokio::time::Instant;
 
-use super::report::{ShutdownCounts, ShutdownPhase, ShutdownReport};
-use super::state::{Ended, Exit, InstanceShared, Run, State, SupervisorCore};
+use super::run::report::{ShutdownCounts, ShutdownPhase, ShutdownReport};
+use super::run::state::{Ended, Exit, InstanceShared, Run, State, SupervisorCore};
 use crate::core::stop::StopReason;
 use crate::core::sync::lock;
 

@@ -72,7 +72,7 @@ pub(crate) struct Shared {
     pub(crate) cap: Option<Arc<Semaphore>>,
     pub(crate) finalizer: Arc<str>,
     pub(crate) field_manager: Arc<str>,
-    /// The supervisors' settings (`finalizer` and `blocking` are filled in per kind).
+    /// The supervisors' settings (`finalizer`, `blocking` and `sink` are filled in per kind).
     pub(crate) config: SupervisorConfig,
     pub(crate) selection: Selection,
     /// Cancelled when the operator stops watching.
@@ -125,11 +125,15 @@ pub(crate) fn launch(
         records: Arc::default(),
         dropped: Arc::default(),
     };
+    // Handlers' own `Patch::flush` writes through the services; the supervisor's results
+    // through the sink it is given.
+    let handle = PatchSinkHandle(Arc::new(sink.clone()));
     let mut services = shared.services.clone();
-    services.insert(PatchSinkHandle(Arc::new(sink.clone())));
+    services.insert(handle.clone());
     let config = SupervisorConfig {
         finalizer: shared.finalizer.to_string().into(),
         blocking: shared.blocking.clone(),
+        sink: Some(handle),
         ..shared.config.clone()
     };
     let (supervisor, mut effects) = Supervisor::build(handlers, services, config, shared.metrics);

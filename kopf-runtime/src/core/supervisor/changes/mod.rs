@@ -13,16 +13,21 @@
 //! The change task (`change_task.rs`) runs the change's handlers one at a time and persists
 //! each step; the pure decisions are in `core/changes`.
 
+pub(crate) mod state;
+mod task;
+
 use std::sync::Arc;
 
-use super::change_state::{Changes, Facts};
-use super::state::{Exit, InstanceShared, ObjectEntry, State, SupervisorCore};
+use self::state::{Changes, Facts, ObjectChanges};
 use crate::core::changes::BuildError;
 use crate::core::changes::ChangeKind;
 use crate::core::changes::machine::ChangeRun;
 use crate::core::erased::ErasedHandler;
 use crate::core::object::ObjectState;
 use crate::core::stop::StopReason;
+use crate::core::supervisor::run::state::{
+    Exit, InstanceShared, ObjectEntry, State, SupervisorCore,
+};
 
 /// The facts of `entry`, whose latest version is `object`.
 pub(crate) fn facts<'a>(
@@ -75,6 +80,34 @@ pub(crate) fn check(handlers: &[Arc<dyn ErasedHandler>]) -> Result<(), BuildErro
 }
 
 impl SupervisorCore {
+    /// The change handlers, if any (`on_create`, `on_update`, `on_delete`, `on_resume`).
+    pub(crate) fn changes(&self) -> Option<&Changes> {
+        self.kinds.get::<Changes>()
+    }
+
+    /// The digest of a version's essence, with change handlers (computed outside the lock).
+    pub(crate) fn change_digest(&self, body: &serde_json::Value) -> Option<u64> {
+        self.changes().map(|changes| changes.digest(body))
+    }
+
+    /// A version of the object of `entry` was seen, with the `digest` of its essence (with
+    /// change handlers only); `back`: the object was gone or released and is served again, so
+    /// its stored state is read anew and its resume handlers are due.
+    pub(crate) fn changes_seen(entry: &mut ObjectEntry, digest: Option<u64>, back: bool) {
+        let Some(digest) = digest else {
+            return;
+        };
+        match entry.parts.get_mut::<ObjectChanges>() {
+            None => entry.parts.insert(ObjectChanges::new(digest)),
+            Some(own) => {
+                if back {
+                    (own.reload, own.first_sight) = (true, true);
+                }
+                own.digest = digest;
+            }
+        }
+    }
+
     /// The change part of `reconcile`: stops the change task when it must stop, or plans the
     /// next change and starts the task for it. Returns the tasks started (0 or 1).
     pub(crate) fn reconcile_changes(
@@ -83,14 +116,14 @@ impl SupervisorCore {
         paused: bool,
         may_spawn: bool,
     ) -> usize {
-        let Some(changes) = self.changes.as_ref() else {
+        let Some(changes) = self.changes() else {
             return 0;
         };
         let object = Arc::clone(&entry.live.borrow());
         let await_finalizer = self.config.daemons_await_finalizer;
         let facts = facts(changes, &self.handlers, entry, &object, await_finalizer);
         let gone = entry.gone;
-        let Some(own) = entry.changes.as_mut() else {
+        let Some(own) = entry.parts.get_mut::<ObjectChanges>() else {
             return 0;
         };
         if paused {
@@ -107,13 +140,14 @@ impl SupervisorCore {
         if gone || !may_spawn || !own.plan(changes, &facts, now) {
             return 0;
         }
-        super::change_task::spawn(self, entry);
+        self::task::spawn(self, entry);
         1
     }
 
     /// Whether the object's changes keep the finalizer on (see [`ObjectChanges::holds`]).
     pub(crate) fn changes_hold(&self, entry: &ObjectEntry) -> bool {
-        let (Some(changes), Some(own)) = (self.changes.as_ref(), entry.changes.as_ref()) else {
+        let (Some(changes), Some(own)) = (self.changes(), entry.parts.get::<ObjectChanges>())
+        else {
             return false;
         };
         let object = Arc::clone(&entry.live.borrow());
@@ -140,7 +174,7 @@ impl SupervisorCore {
         let Some(entry) = state.objects.get_mut(uid) else {
             return;
         };
-        let Some(own) = entry.changes.as_mut() else {
+        let Some(own) = entry.parts.get_mut::<ObjectChanges>() else {
             return;
         };
         if !own.task.as_ref().is_some_and(|t| Arc::ptr_eq(t, task)) {
@@ -164,8 +198,8 @@ impl SupervisorCore {
 
     /// Asks every change task to stop (the operator is exiting).
     pub(crate) fn stop_change_tasks(state: &State, reason: StopReason) {
-        let tasks =
-            (state.objects.values()).filter_map(|entry| entry.changes.as_ref()?.task.as_ref());
+        let tasks = (state.objects.values())
+            .filter_map(|entry| entry.parts.get::<ObjectChanges>()?.task.as_ref());
         for task in tasks {
             task.stop(reason);
         }
@@ -176,7 +210,7 @@ impl SupervisorCore {
     pub(crate) fn abandon_change_tasks(self: &Arc<Self>, state: &mut State) {
         let mut left = Vec::new();
         for (uid, entry) in &mut state.objects {
-            let Some(own) = entry.changes.as_mut() else {
+            let Some(own) = entry.parts.get_mut::<ObjectChanges>() else {
                 continue;
             };
             let Some(task) = own.task.take() else {

@@ -9,7 +9,7 @@
 //!             (retries only until the next occurrence) ──▶ record it ──▶ next occurrence …
 //! ```
 //! The last run occurrence is recorded in an annotation `<prefix><op>.<id>.cron` on the object
-//! (`<op>`: the operator's storage name, see `changes::keys`), in the same patch as the run's
+//! (`<op>`: the operator's storage name, see `core::keys`), in the same patch as the run's
 //! result, so a restarted or new owner neither runs it again nor (with `missed = "run_once"`)
 //! forgets the latest one it missed. The record of earlier versions, `<prefix><id>.cron`
 //! (shared by every operator with that prefix), is read while the new one is absent.
@@ -20,16 +20,16 @@ use jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
 use tokio::time::Instant;
 
-use super::invoke::{Attempt, AttemptEnd};
-use super::policy::Verdict;
-use super::runner::Runner;
-use super::schedule::draw_jitter;
-use super::state::Exit;
-use crate::core::changes::keys::{cron_key, legacy_cron_key};
-use crate::core::clock::WallClock;
-use crate::core::cron::Plan;
+use crate::core::clock::{WallClock, monotonic, monotonic_past};
 use crate::core::erased::Output;
+use crate::core::keys::{cron_key, legacy_cron_key};
 use crate::core::spec::{CronSchedule, Missed};
+use crate::core::supervisor::rules::cron::Plan;
+use crate::core::supervisor::rules::policy::Verdict;
+use crate::core::supervisor::rules::schedule::draw_jitter;
+use crate::core::supervisor::run::invoke::{Attempt, AttemptEnd};
+use crate::core::supervisor::run::runner::Runner;
+use crate::core::supervisor::run::state::Exit;
 use crate::core::sync::lock;
 
 /// The longest single sleep: a wall-clock jump is noticed within it.
@@ -162,19 +162,6 @@ fn latest_missed(
         created.as_str()?.parse().ok()
     })?;
     plan.latest_until(now).filter(|due| *due > floor)
-}
-
-/// When the wall clock will read `at`, on the monotonic clock (now if it is past).
-pub(super) fn monotonic(clock: &WallClock, at: Timestamp) -> Instant {
-    let ahead = at.duration_since(clock.now());
-    Instant::now() + Duration::try_from(ahead).unwrap_or_default()
-}
-
-/// When the wall clock read `at` (now if it is still ahead), on the monotonic clock.
-pub(super) fn monotonic_past(clock: &WallClock, at: Timestamp) -> Instant {
-    let now = Instant::now();
-    let behind = Duration::try_from(clock.now().duration_since(at)).unwrap_or_default();
-    now.checked_sub(behind).unwrap_or(now)
 }
 
 /// Waits until the wall clock reads `target`, in naps of at most [`NAP`] on the monotonic

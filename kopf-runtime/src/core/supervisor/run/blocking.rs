@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 ///
 /// Every blocking invocation gets its own [`std::thread`] — never a shared pool that
 /// long-lived daemons could exhaust. When `capacity` threads are busy, further blocking
-/// invocations wait in a queue (with a warning and a counter in [`Stats`](super::Stats)) until one
+/// invocations wait in a queue (with a warning and a counter in [`Stats`](crate::core::supervisor::Stats)) until one
 /// ends; a queued invocation whose object goes away is dropped without running. Clones share
 /// the same cap, so one pool can be given to several supervisors.
 ///

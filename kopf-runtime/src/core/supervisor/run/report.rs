@@ -2,7 +2,7 @@
 
 use crate::core::object::ObjectRef;
 
-/// What [`Supervisor::shutdown`](super::Supervisor::shutdown) did with each instance that was
+/// What [`Supervisor::shutdown`](crate::core::supervisor::Supervisor::shutdown) did with each instance that was
 /// alive when it began (or that was still stopping), as `(object, handler id)` pairs sorted by
 /// object and handler.
 ///

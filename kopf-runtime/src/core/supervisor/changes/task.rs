@@ -18,16 +18,16 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::cron::{monotonic, monotonic_past};
-use super::invoke::{Attempt, AttemptEnd};
-use super::policy::Verdict;
-use super::runner::Runner;
-use super::state::{Exit, InstanceShared, ObjectEntry, SupervisorCore};
+use super::state::ObjectChanges;
 use crate::core::changes::machine::Step;
 use crate::core::changes::write::ChangeWrite;
 use crate::core::changes::{ChangeKind, Outcome};
+use crate::core::clock::{monotonic, monotonic_past};
 use crate::core::erased::Output;
-use crate::core::sink::PatchSinkHandle;
+use crate::core::supervisor::rules::policy::Verdict;
+use crate::core::supervisor::run::invoke::{Attempt, AttemptEnd};
+use crate::core::supervisor::run::runner::Runner;
+use crate::core::supervisor::run::state::{Exit, InstanceShared, ObjectEntry, SupervisorCore};
 
 /// A change task, which reports its end to the supervisor when dropped.
 struct ChangeTask {
@@ -47,7 +47,7 @@ impl Drop for ChangeTask {
 
 /// Starts the change task of `entry` (the caller counts it as active).
 pub(crate) fn spawn(inner: &Arc<SupervisorCore>, entry: &mut ObjectEntry) {
-    let Some(changes) = entry.changes.as_mut() else {
+    let Some(changes) = entry.parts.get_mut::<ObjectChanges>() else {
         return;
     };
     let shared = Arc::new(InstanceShared::default());
@@ -118,7 +118,7 @@ impl ChangeTask {
         let live = entry.live.subscribe();
         let object = Arc::clone(&live.borrow());
         let slots = &entry.slots;
-        let Some(changes) = entry.changes.as_mut() else {
+        let Some(changes) = entry.parts.get_mut::<ObjectChanges>() else {
             return Next::Exit(Exit::Done);
         };
         let Some(run) = changes.run.as_mut() else {
@@ -186,7 +186,7 @@ impl ChangeTask {
         let write = {
             let mut state = self.inner.lock();
             let run = (state.objects.get_mut(&self.uid))
-                .and_then(|entry| entry.changes.as_mut())
+                .and_then(|entry| entry.parts.get_mut::<ObjectChanges>())
                 .and_then(|changes| changes.run.as_mut());
             run.and_then(|run| run.complete(runner.index, outcome.as_outcome(), now))
         };
@@ -203,7 +203,7 @@ impl ChangeTask {
     fn stopped(&self, exit: Exit) -> Exit {
         let mut state = self.inner.lock();
         let run = (state.objects.get_mut(&self.uid))
-            .and_then(|entry| entry.changes.as_mut())
+            .and_then(|entry| entry.parts.get_mut::<ObjectChanges>())
             .and_then(|changes| changes.run.as_mut());
         if let Some(run) = run {
             run.stop();
@@ -218,7 +218,7 @@ impl ChangeTask {
             return;
         };
         let live = Arc::clone(&entry.live.borrow());
-        let Some(changes) = entry.changes.as_mut() else {
+        let Some(changes) = entry.parts.get_mut::<ObjectChanges>() else {
             return;
         };
         let Some(run) = &changes.run else {
@@ -237,9 +237,9 @@ impl ChangeTask {
     /// result under `status.<handler>` and its patch). A failed write is logged: the state in
     /// memory goes on, and the next step writes the progress again.
     async fn persist(&self, write: ChangeWrite, handler: &str) {
-        let Some(sink) = self.inner.services.get::<PatchSinkHandle>() else {
-            return; // no Kubernetes (tests of the core): the state lives in memory only
-        };
+        if !self.inner.road.stores() {
+            return; // no sink (tests of the core): the state lives in memory only
+        }
         let (reference, body) = {
             let state = self.inner.lock();
             let Some(entry) = state.objects.get(&self.uid) else {
@@ -250,13 +250,13 @@ impl ChangeTask {
                 Arc::clone(entry.live.borrow().body()),
             )
         };
-        let Some(changes) = self.inner.changes.as_ref() else {
+        let Some(changes) = self.inner.changes() else {
             return;
         };
         let Some(patch) = write.into_patch(&changes.keys, handler, &body, &reference.uid) else {
             return;
         };
-        if let Err(err) = sink.0.apply(&reference, patch).await {
+        if let Some(Err(err)) = self.inner.road.store(&reference, patch).await {
             tracing::error!(object = %reference, handler,
                 "cannot store a change handler's progress (it may run again): {err}");
         }

@@ -39,7 +39,7 @@ impl SupervisorCore {
 }
 
 /// Reads a supervisor's counters and instances (for `/metrics`), without keeping the
-/// supervisor's handles alive: dropping every [`Supervisor`](super::Supervisor) still stops it.
+/// supervisor's handles alive: dropping every [`Supervisor`](crate::core::supervisor::Supervisor) still stops it.
 #[derive(Clone)]
 pub(crate) struct MeterReader(pub(crate) Arc<SupervisorCore>);
 

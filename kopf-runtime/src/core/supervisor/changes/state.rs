@@ -1,24 +1,26 @@
 //! One object's changes (its diff base, the change in flight, whether its change task runs)
 //! and the decisions about them: which change to start, when to stop the task, whether the
-//! finalizer is held. A leaf: the state keeps these in its entries; `changes.rs` drives them.
+//! finalizer is held. Kept as parts (`parts.rs`) of the supervisor and of each object entry;
+//! `changes.rs` drives them.
 
 use std::sync::Arc;
 
 use jiff::Timestamp;
 use serde_json::Value;
 
-use super::instance::InstanceShared;
 use crate::core::changes::base::DiffBase;
 use crate::core::changes::essence::{self, EssenceCfg, Observed};
-use crate::core::changes::keys::Keys;
 use crate::core::changes::machine::{ChangeRun, Detected, Inputs, detect};
 use crate::core::changes::progress::Progress;
 use crate::core::changes::{BuildError, ChangeHandler, ChangeHandlers, ChangeKind, FieldPath};
 use crate::core::diff::{ChangeContext, FieldValues};
 use crate::core::erased::ErasedHandler;
+use crate::core::keys::Keys;
 use crate::core::object::ObjectState;
 use crate::core::spec::HandlerKind;
 use crate::core::stop::StopReason;
+use crate::core::supervisor::run::instance::InstanceShared;
+use crate::core::supervisor::run::parts::ObjectPart;
 
 /// A kind's change handlers and where their state is stored (one per supervisor).
 pub(crate) struct Changes {
@@ -45,7 +47,7 @@ impl Changes {
     /// The change handlers among `handlers` (`None`: there are none), stored under `prefix`
     /// with the operator's storage name taken from its `finalizer` ([`storage_name`]).
     ///
-    /// [`storage_name`]: crate::core::changes::keys::storage_name
+    /// [`storage_name`]: crate::core::keys::storage_name
     ///
     /// # Errors
     /// A handler watches a change handler's result, or a change's progress could not fit.
@@ -128,6 +130,12 @@ pub(crate) struct ObjectChanges {
     pub(crate) first_sight: bool,
     /// The object as this process last handled it (`Old`, `Diff`).
     pub(crate) old: Option<Arc<ObjectState>>,
+}
+
+impl ObjectPart for ObjectChanges {
+    fn busy(&self) -> bool {
+        self.task.is_some()
+    }
 }
 
 impl ObjectChanges {

@@ -1,11 +1,11 @@
 //! An instance's task: runs the daemon or timer loop, and reports how it ended however the
 //! task ends. Only daemons and timers run as instances ([`InstanceKind`]).
 
-use super::runner::Runner;
-use super::state::Exit;
 use super::{daemon, timer};
 use crate::core::spec::HandlerKind;
 use crate::core::stop::StopReason;
+use crate::core::supervisor::run::runner::Runner;
+use crate::core::supervisor::run::state::Exit;
 
 /// The instance's task state: its runner, and how it ended. Dropping it (however the task
 /// ends, also when the runtime drops it) reports the end to the supervisor.

@@ -12,11 +12,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::invoke::{Attempt, AttemptEnd};
-use super::policy::Verdict;
-use super::runner::Runner;
-use super::schedule::{MIN_INTERVAL, draw_jitter, next_sharp_tick};
-use super::state::Exit;
+use crate::core::supervisor::rules::policy::Verdict;
+use crate::core::supervisor::rules::schedule::{MIN_INTERVAL, draw_jitter, next_sharp_tick};
+use crate::core::supervisor::run::invoke::{Attempt, AttemptEnd};
+use crate::core::supervisor::run::runner::Runner;
+use crate::core::supervisor::run::state::Exit;
 
 /// How a cycle ended.
 enum Cycle {

@@ -4,21 +4,21 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::config::SupervisorConfig;
-pub(crate) use super::exit::Exit;
 pub(crate) use super::instance::InstanceShared;
 use super::meter::HandlerMeter;
+use super::parts::{KindParts, ObjectParts};
 use super::report::ShutdownPhase;
 use crate::core::clearance::Clearance;
-use crate::core::effects::Effect;
 use crate::core::erased::{ErasedHandler, Services};
 use crate::core::memo::ObjectMemo;
 use crate::core::object::{ObjectRef, ObjectState};
 use crate::core::spec::HandlerKind;
+use crate::core::supervisor::config::SupervisorConfig;
+pub(crate) use crate::core::supervisor::rules::exit::Exit;
 use crate::core::sync::lock;
 use crate::core::teardown;
 
@@ -27,7 +27,8 @@ pub(crate) struct SupervisorCore {
     pub(crate) handlers: Vec<Arc<dyn ErasedHandler>>,
     pub(crate) services: Services,
     pub(crate) config: SupervisorConfig,
-    pub(crate) effects: mpsc::UnboundedSender<Effect>,
+    /// The one road out for results and other effects.
+    pub(crate) road: super::road::Road,
     pub(crate) state: Mutex<State>,
     pub(crate) rng: Mutex<fastrand::Rng>,
     /// Invocations started.
@@ -48,8 +49,8 @@ pub(crate) struct SupervisorCore {
     pub(crate) force: CancellationToken,
     /// Whether any handler is an `idle` timer (only then essences are computed).
     pub(crate) needs_essence: bool,
-    /// The change handlers, if any (`on_create`, `on_update`, `on_delete`, `on_resume`).
-    pub(crate) changes: Option<super::change_state::Changes>,
+    /// What handler kinds keep for the whole supervisor (the change handlers', if any).
+    pub(crate) kinds: KindParts,
     /// Until when invocations may start (no limit if unset).
     pub(crate) clearance: OnceLock<Clearance>,
     /// The counters per handler, by handler index (`None`: the supervisor does not count).
@@ -245,12 +246,12 @@ pub(crate) struct ObjectEntry {
     /// One slot per handler, by handler index (a change handler's slot only keeps whether it
     /// matches: its invocations run in the object's change task).
     pub(crate) slots: Vec<Slot>,
-    /// The object's changes (with change handlers only).
-    pub(crate) changes: Option<Box<super::change_state::ObjectChanges>>,
+    /// What handler kinds keep for the object (its changes, with change handlers only).
+    pub(crate) parts: ObjectParts,
 }
 
 impl ObjectEntry {
-    pub(crate) fn new(object: Arc<ObjectState>, handlers: usize, digest: Option<u64>) -> Self {
+    pub(crate) fn new(object: Arc<ObjectState>, handlers: usize) -> Self {
         Self {
             reference: object.reference().clone(),
             live: watch::Sender::new(object),
@@ -263,7 +264,7 @@ impl ObjectEntry {
             finalizer_on: false,
             memo: Arc::default(),
             slots: (0..handlers).map(|_| Slot::default()).collect(),
-            changes: digest.map(|d| Box::new(super::change_state::ObjectChanges::new(d))),
+            parts: ObjectParts::default(),
         }
     }
 
@@ -276,7 +277,7 @@ impl ObjectEntry {
             .slots
             .iter()
             .any(|s| s.matched || matches!(s.run, Run::Active(_)))
-            || self.changes.is_some();
+            || self.parts.any();
         if needed || self.live.borrow().is_identity_only() {
             return;
         }
@@ -293,7 +294,7 @@ impl ObjectEntry {
         self.slots
             .iter()
             .any(|s| matches!(s.run, Run::Active(_) | Run::Lingering(_)))
-            || self.changes.as_ref().is_some_and(|c| c.task.is_some())
+            || self.parts.busy()
     }
 }
 

@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use super::state::{Run, SupervisorCore};
 use crate::core::spec::HandlerKind;
 
-/// A snapshot of the supervisor's work, from [`Supervisor::stats`](super::Supervisor::stats).
+/// A snapshot of the supervisor's work, from [`Supervisor::stats`](crate::core::supervisor::Supervisor::stats).
 ///
 /// Gauges (`objects`, `*_running`, `*_stopping`, `*_queued`, `threads`) describe this moment;
 /// counters (`*_abandoned`, `thread_waits`, `fires`, `failures`) count since the supervisor was created.

@@ -1,14 +1,15 @@
-//! The two annotations per object and operator that hold the change handlers' state:
+//! The framework's bookkeeping annotations per object and operator, shared by every handler
+//! kind: cron timers' records (`<prefix><op>.<id>.cron`) and the change handlers' two:
 //!
-//! - `<prefix><op>.last-handled`: the diff base ([`super::base`]).
-//! - `<prefix><op>.progress`: a change in flight ([`super::progress`]).
+//! - `<prefix><op>.last-handled`: the diff base ([`crate::core::changes::base`]).
+//! - `<prefix><op>.progress`: a change in flight ([`crate::core::changes::progress`]).
 //!
 //! `<op>` is the operator's storage name ([`storage_name`]): its name for the finalizer derived
 //! from it (`kopf.dev/<name>`), else the whole custom finalizer. So two operators on one kind,
 //! which never share a finalizer, never share this state either (nor their `.cron` records,
 //! `<prefix><op>.<id>.cron`). A long name is shortened with a hash to the 63 characters of an
-//! annotation name. Their format is in [`super::format`]; what one step of a change writes is
-//! [`super::write::ChangeWrite`].
+//! annotation name. Their format is in [`crate::core::changes::format`]; what one step of a
+//! change writes is [`crate::core::changes::write::ChangeWrite`].
 //!
 //! Both annotations name the object they were written for (`"u"`, its UID): a copy on another
 //! object (a clone made from exported YAML) is ignored there.

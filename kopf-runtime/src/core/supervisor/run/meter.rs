@@ -9,9 +9,9 @@
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::Duration;
 
-use super::exit::Exit;
 use crate::core::outcome::{ErrorKind, HandlerError};
 use crate::core::stop::StopReason;
+use crate::core::supervisor::rules::exit::Exit;
 
 /// How an invocation ended, as counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

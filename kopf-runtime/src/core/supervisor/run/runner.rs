@@ -10,7 +10,6 @@ use tokio::sync::{OwnedSemaphorePermit, watch};
 use tokio::time::Instant;
 
 use super::meter::{HandlerMeter, InvocationResult, StopStep};
-use super::policy::{Verdict, judge};
 use super::state::{Exit, IdleClock, InstanceShared, ObjectEntry, SupervisorCore};
 use crate::core::effects::Effect;
 use crate::core::erased::{ErasedHandler, Output};
@@ -18,6 +17,7 @@ use crate::core::memo::ObjectMemo;
 use crate::core::object::{ObjectRef, ObjectState};
 use crate::core::outcome::HandlerError;
 use crate::core::spec::{HandlerKind, HandlerSpec};
+use crate::core::supervisor::rules::policy::{Verdict, judge};
 
 /// The context of one instance's task.
 pub(crate) struct Runner {

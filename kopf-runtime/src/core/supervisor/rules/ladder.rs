@@ -12,7 +12,7 @@
 //! What is still running `cancellation_timeout` later is abandoned with a warning; without a
 //! timeout the supervisor waits for it as long as it takes. A *forced* stop (the invocation ran
 //! past the handler's `timeout`) abandons a blocking task right after the cancellation when no
-//! `cancellation_timeout` is set. The driver (`super::invoke`) feeds the inputs and performs the
+//! `cancellation_timeout` is set. The driver (`crate::core::supervisor::run::invoke`) feeds the inputs and performs the
 //! actions; the task's own exit ends the ladder in any state.
 
 use std::time::Duration;

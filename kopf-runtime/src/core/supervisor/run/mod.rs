@@ -1,0 +1,25 @@
+//! The small core every handler kind runs on: the shared state, one invocation's runner, the
+//! attempt with its timeout and stop ladder, the one road for results, and the counters. It
+//! knows no handler kind: daemons and timers (`daemons/`) and change handlers (`changes/`) are
+//! peers built on it, and a kind's own per-object state is a part (`parts`), not a field.
+//!
+//! ```text
+//!  state ◀── parts (a kind's state, by type)      road ──▶ Effect channel / output sink
+//!    ▲
+//!  runner (one handler on one object) ◀── invoke (one attempt: timeout, stop ladder, threads)
+//!    ▲
+//!  instance, meter, census, stats, report, outputs, blocking
+//! ```
+
+pub(crate) mod blocking;
+pub(crate) mod census;
+pub(crate) mod instance;
+pub(crate) mod invoke;
+pub(crate) mod meter;
+pub(crate) mod outputs;
+pub(crate) mod parts;
+pub(crate) mod report;
+pub(crate) mod road;
+pub(crate) mod runner;
+pub(crate) mod state;
+pub(crate) mod stats;
