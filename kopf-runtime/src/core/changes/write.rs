@@ -7,8 +7,8 @@ use serde_json::{Map, Value};
 use super::ChangeKind;
 use super::base::DiffBase;
 use super::progress::Progress;
-use crate::core::result_patch::put_result;
 use crate::core::keys::Keys;
+use crate::core::result_patch::put_result;
 
 /// What one step of a change writes (one logical patch).
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -11,11 +11,11 @@ use std::sync::{Arc, MutexGuard};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::daemons::task::InstanceKind;
 use super::run::runner::Runner;
 use super::run::state::{
     Active, Ended, Exit, InstanceShared, Lingering, ObjectEntry, Run, Seen, State, SupervisorCore,
 };
-use super::daemons::task::InstanceKind;
 use crate::core::effects::Effect;
 use crate::core::erased::MatchError;
 use crate::core::essence::{self, Owner};
