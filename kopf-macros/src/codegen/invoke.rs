@@ -5,7 +5,7 @@ use proc_macro2::{Delimiter, Group, Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 
-use super::respan;
+use super::span::respan;
 use crate::kind::Kind;
 use crate::model::HandlerModel;
 

@@ -3,32 +3,15 @@
 //! checks spanned on the user's tokens.
 
 mod invoke;
+mod span;
 mod spec;
 
-use proc_macro2::{Group, Span, TokenStream, TokenTree};
+use proc_macro2::TokenStream;
+
 use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
 
 use crate::model::{Delay, HandlerModel, Resource};
-
-/// Gives every token (recursively) `span`, so that a type error in generated code is reported
-/// on the user's token rather than on the attribute.
-pub(crate) fn respan(tokens: TokenStream, span: Span) -> TokenStream {
-    tokens
-        .into_iter()
-        .map(|tree| match tree {
-            TokenTree::Group(group) => {
-                let mut respanned = Group::new(group.delimiter(), respan(group.stream(), span));
-                respanned.set_span(span);
-                TokenTree::Group(respanned)
-            }
-            mut other => {
-                other.set_span(span);
-                other
-            }
-        })
-        .collect()
-}
 
 /// The type objects decode into, if the function or the attribute names it.
 fn named_object_type(model: &HandlerModel) -> Option<&syn::Type> {

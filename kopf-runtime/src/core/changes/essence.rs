@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Map, Value};
 
-use super::FieldPath;
+use super::field::FieldPath;
 use crate::core::essence::View;
 use crate::core::hash::Fnv64;
 

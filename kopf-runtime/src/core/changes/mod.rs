@@ -28,6 +28,7 @@
 
 pub(crate) mod base;
 pub(crate) mod essence;
+mod field;
 pub(crate) mod format;
 pub(crate) mod machine;
 pub(crate) mod progress;
@@ -35,6 +36,7 @@ pub(crate) mod write;
 
 use crate::core::location::SourceLocation;
 use essence::json_str_len;
+pub(crate) use field::FieldPath;
 
 /// The four kinds of change handler, which are also the causes of a change (a change runs the
 /// handlers of its cause's kind).
@@ -97,16 +99,6 @@ pub(crate) enum Outcome<'a> {
         /// The error, for the record (truncated).
         message: &'a str,
     },
-}
-
-/// A field an `on_update` handler watches (`field = "spec.size"`), split at dots at compile
-/// time. Segments are object keys.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(crate) struct FieldPath {
-    /// The dotted path as written (the key in the diff base).
-    pub(crate) path: &'static str,
-    /// The path's segments.
-    pub(crate) segments: &'static [&'static str],
 }
 
 /// What this module needs to know about one change handler.

@@ -7,7 +7,7 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, MetricEncod
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Unit;
 
-use super::KindProbe;
+use super::probe::KindProbe;
 use crate::core::spec::{HandlerKind, HandlerSpec};
 use crate::core::supervisor::census::Census;
 use crate::core::supervisor::meter::{

@@ -10,6 +10,7 @@
 //! the objects.
 
 mod encode;
+mod probe;
 
 use std::sync::{Arc, OnceLock};
 
@@ -19,12 +20,8 @@ use prometheus_client::registry::Registry;
 use tokio::sync::Semaphore;
 
 use super::ha::report::ReplicaReport;
-use super::health::KindHealth;
 use super::limits::RateLimiter;
-use super::write::records::Records;
-use crate::core::resource::ResourceInfo;
-use crate::core::supervisor::Supervisor;
-use crate::core::supervisor::census::MeterReader;
+pub(crate) use probe::KindProbe;
 
 /// The operator's metrics: the registry `/metrics` serves, and the collector in it.
 #[derive(Debug, Clone)]
@@ -68,35 +65,6 @@ impl OperatorMetrics {
             limit,
         };
         let _first = self.collector.attached.set(Attached { kinds, writes });
-    }
-}
-
-/// What the metrics read of one resource kind.
-#[derive(Debug)]
-pub(crate) struct KindProbe {
-    /// The kind, as the `resource` label.
-    resource: String,
-    meters: Option<MeterReader>,
-    records: Arc<Records>,
-    health: Arc<KindHealth>,
-    finalizer: Arc<str>,
-}
-
-impl KindProbe {
-    pub(crate) fn new(
-        info: &ResourceInfo,
-        supervisor: &Supervisor,
-        records: Arc<Records>,
-        health: Arc<KindHealth>,
-        finalizer: Arc<str>,
-    ) -> Self {
-        Self {
-            resource: info.to_string(),
-            meters: supervisor.meters(),
-            records,
-            health,
-            finalizer,
-        }
     }
 }
 

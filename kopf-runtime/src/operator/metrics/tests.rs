@@ -13,12 +13,16 @@ use super::*;
 use crate::core::erased::{Call, ErasedHandler, Invocation, MatchError, Output, Services};
 use crate::core::object::ObjectState;
 use crate::core::outcome::HandlerError;
+use crate::core::resource::ResourceInfo;
 use crate::core::spec::{HandlerKind, HandlerSpec, TimerSchedule};
+use crate::core::supervisor::Supervisor;
 use crate::core::supervisor::SupervisorConfig;
 use crate::operator::ha::alarm::LeaseReport;
 use crate::operator::ha::report::Membership;
 use crate::operator::ha::report::{Leadership, Role};
+use crate::operator::health::KindHealth;
 use crate::operator::write::records::FinalizerView;
+use crate::operator::write::records::Records;
 
 const FINALIZER: &str = "kopf.dev/test";
 const RESOURCE: &str = "things.v1.example.com";
