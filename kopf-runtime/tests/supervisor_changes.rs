@@ -95,12 +95,16 @@ impl Store {
 }
 
 fn harness(handlers: Vec<H>, store: &Arc<Store>, log: Log) -> Harness {
+    let sink = PatchSinkHandle(Arc::clone(store) as Arc<dyn PatchSink>);
+    // The handlers' own `Patch::flush` finds the sink among the services; the supervisor stores
+    // the steps of change handlers through the one given in its config.
     let mut services = Services::default();
-    services.insert(PatchSinkHandle(Arc::clone(store) as Arc<dyn PatchSink>));
+    services.insert(sink.clone());
     // Retries wait for wall-clock times (they are persisted): the wall clock follows tokio's.
     let start = "2026-06-01T00:00:00Z".parse().expect("a timestamp");
     let config = SupervisorConfig {
         wall_clock: WallClock::following_tokio(start),
+        sink: Some(sink),
         ..config()
     };
     Harness::with_services(handlers, config, services, log)
