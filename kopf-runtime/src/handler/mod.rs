@@ -3,6 +3,8 @@
 //! by type, converting return values), and collects all handlers of the binary at start-up.
 
 mod change;
+mod children;
+pub(crate) mod echoes;
 mod inject;
 mod live;
 mod memo;
@@ -13,6 +15,8 @@ mod resource;
 mod typed;
 
 pub use change::{FieldChange, Old};
+pub use children::{ChildError, Children};
+pub use echoes::{ChildWrites, Echoes};
 pub use inject::{
     BlockingSafe, Data, Inject, Occurrence, Retry, Runtime, Started, assert_blocking_safe,
 };
