@@ -2,6 +2,7 @@
 //! tested against a real API server in `tests/tests/children_apply.rs`).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 
@@ -79,8 +80,13 @@ async fn scopes_and_controllers_that_do_not_fit_are_refused() {
         cm.metadata.namespace = ns.map(Into::into);
         cm
     };
+    type Row<'a> = (
+        &'a Children<ConfigMap>,
+        Option<&'a str>,
+        Result<Option<&'a str>, &'a str>,
+    );
     #[rustfmt::skip]
-    let rows: [(&Children<ConfigMap>, Option<&str>, Result<Option<&str>, &str>); 6] = [
+    let rows: [Row<'_>; 6] = [
         (&namespaced, None,        Ok(Some("ns"))),
         (&namespaced, Some("ns"),  Ok(Some("ns"))),
         (&namespaced, Some("x"),   Err("only own children in its own namespace")),
