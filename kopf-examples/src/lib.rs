@@ -40,6 +40,8 @@ pub mod docs {
         Operations => "docs/operations.md",
         Handlers => "docs/handlers.md",
         HighAvailability => "docs/high-availability.md",
+        Children => "docs/children.md",
+        ComingFromKubeRs => "docs/coming-from-kube-rs.md",
     }
 }
 

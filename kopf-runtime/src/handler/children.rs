@@ -69,16 +69,15 @@ impl fmt::Display for Owner {
 /// use kopf_runtime::{Children, HandlerError};
 /// # use kopf_runtime::engine::ChildWrites;
 ///
-/// async fn configure(app: Arc<ConfigMap>, children: Children<ConfigMap>) -> Result<(), HandlerError> {
-///     let data = [("source".to_owned(), "app".to_owned())].into();
-///     // Named "<app>-copy", in the app's namespace, owned by it.
-///     let cm = ConfigMap { data: Some(data), ..ConfigMap::default() };
-///     children.apply("copy", cm).await?;
+/// /// A copy of each ConfigMap's data, in the ConfigMap `<name>-copy` it owns.
+/// async fn copy(cm: Arc<ConfigMap>, children: Children<ConfigMap>) -> Result<(), HandlerError> {
+///     let copy = ConfigMap { data: cm.data.clone(), ..ConfigMap::default() };
+///     children.apply("copy", copy).await?; // named "<name>-copy", owned by `cm`
 ///     Ok(())
 /// }
-/// # async fn demo(client: kube::Client, app: ConfigMap) -> Result<(), HandlerError> {
-/// # let children = Children::new(&app, client, Arc::new(ChildWrites::new("op")))?;
-/// # configure(Arc::new(app), children).await
+/// # async fn demo(client: kube::Client, cm: ConfigMap) -> Result<(), HandlerError> {
+/// # let children = Children::new(&cm, client, Arc::new(ChildWrites::new("op")))?;
+/// # copy(Arc::new(cm), children).await
 /// # }
 /// # let _ = demo;
 /// ```
