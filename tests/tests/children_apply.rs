@@ -180,7 +180,7 @@ async fn a_handler_takes_children_by_injection_and_they_go_with_the_owner() -> a
     // Without the service, the parameter cannot be made (and says why).
     let mut bare = invocation;
     bare.services = Services::default();
-    let err = <Children<ConfigMap> as Inject<ConfigMap>>::inject(&bare).unwrap_err();
+    let err = <Children<ConfigMap> as Inject<ConfigMap>>::inject(&bare).expect_err("must fail");
     assert!(err.to_string().contains("ChildWrites"), "{err}");
 
     // The owner goes: the collector deletes its children, and only them.
@@ -217,7 +217,7 @@ async fn faulted(
     let err = children
         .apply("config", config_map(&[("a", "1")]))
         .await
-        .unwrap_err();
+        .expect_err("must fail");
     // The fault was used up: the same apply passes now (the rule matched that request).
     children
         .apply("config", config_map(&[("a", "1")]))
@@ -249,7 +249,7 @@ async fn write_errors_become_temporary_or_permanent_handler_errors() -> anyhow::
     let invalid = children
         .apply("bad", config_map(&[("not a key!", "x")]))
         .await
-        .unwrap_err();
+        .expect_err("must fail");
     assert_eq!(invalid.status_code(), Some(422));
     let invalid: HandlerError = invalid.into();
     assert_eq!(invalid.kind(), ErrorKind::Permanent);
@@ -278,7 +278,11 @@ async fn children_that_cannot_belong_to_the_owner_are_refused_before_any_request
     let children = children(&owner, ns.client().clone());
     let mut elsewhere = config_map(&[]);
     elsewhere.metadata.namespace = Some("default".into());
-    let err: HandlerError = children.apply("x", elsewhere).await.unwrap_err().into();
+    let err: HandlerError = children
+        .apply("x", elsewhere)
+        .await
+        .expect_err("must fail")
+        .into();
     assert_eq!(err.kind(), ErrorKind::Permanent);
     assert!(err.to_string().contains("in its own namespace"), "{err}");
     let api: Api<ConfigMap> = Api::namespaced(ns.client().clone(), "default");
