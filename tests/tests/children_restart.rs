@@ -2,7 +2,8 @@
 //! watch refused (503) for a while, then the resumed watch told its resourceVersion expired
 //! (410), so it relists. What happened meanwhile reaches the owners: a child edited while the
 //! watch was down triggers its owner, a child deleted meanwhile (vanished at the relist) its
-//! owner, and an unchanged child no one (checked after the positive controls).
+//! owner, and an unchanged child no one (checked after the positive controls). And a watch of a
+//! kind the API server does not serve logs an error naming the kind, once, and keeps retrying.
 
 mod children_common;
 
@@ -89,5 +90,90 @@ async fn changes_made_while_the_watch_was_down_reach_the_owners() -> anyhow::Res
         "the watch was not told its resourceVersion expired"
     );
     stop.cancel();
+    ns.cleanup().await
+}
+
+/// A writer of log lines into a shared buffer.
+#[derive(Clone, Default)]
+struct Logs(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl Logs {
+    fn text(&self) -> String {
+        let bytes = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+}
+
+impl std::io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let mut bytes = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_kind_that_is_not_served_is_logged_by_name_and_retried() -> anyhow::Result<()> {
+    let logs = Logs::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    // A current-thread runtime: the watch's task logs through this thread's subscriber.
+    let _logging = tracing::subscriber::set_default(subscriber);
+    let ns = TestNamespace::create().await?;
+    let proxy = FaultProxy::start(&test_config().await?).await?;
+    let client = kube::Client::try_from(proxy.config())?;
+    let absent = kube::core::ApiResource {
+        group: "absent.kopf.dev".into(),
+        version: "v1".into(),
+        api_version: "absent.kopf.dev/v1".into(),
+        kind: "Widget".into(),
+        plural: "widgets".into(),
+    };
+    let watch = kopf_runtime::__private::children::ChildWatch {
+        resource: absent,
+        namespace: Some(ns.name().to_owned()),
+        owners: Vec::new(),
+        server_timeout: 60,
+    };
+    let stop = tokio_util::sync::CancellationToken::new();
+    let triggers = Triggers::default();
+    tokio::spawn(kopf_runtime::__private::children::watch_children(
+        client.clone(),
+        watch,
+        Default::default(),
+        triggers.by_uid(),
+        stop.clone(),
+    ));
+    let lists = || {
+        let log = proxy.handle().log();
+        log.iter().filter(|r| r.path.contains("/widgets")).count()
+    };
+    kopf_tests::wait_until("the list retried", RECOVERED, || async { lists() >= 2 }).await;
+    let text = logs.text();
+    assert!(
+        text.contains("the children Widget in")
+            && text.contains("the kind is not served (is its CRD applied?)"),
+        "{text}"
+    );
+    // Logged once as an error, the retries at debug level (not shown by default here either).
+    assert_eq!(text.matches("the kind is not served").count(), 1, "{text}");
+    // The positive control of the log capture and of the operator serving on: another watch
+    // through the same client delivers.
+    let (other, _canary) = child_watch(client, &ns, Default::default(), &triggers).await?;
+    stop.cancel();
+    other.cancel();
     ns.cleanup().await
 }
