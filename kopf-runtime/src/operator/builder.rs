@@ -466,12 +466,12 @@ impl OperatorBuilder {
     /// handlers and writes; the others watch (their caches stay warm), run nothing and write
     /// nothing, and take over when the leader stops renewing. The leader pauses every handler
     /// the moment its lease lapses on its own clock, and its client refuses every write from
-    /// then on ([`Fenced`](crate::Fenced)). On a graceful exit it stops its handlers first and
+    /// then on ([`Fenced`](crate::ha::Fenced)). On a graceful exit it stops its handlers first and
     /// then releases the Lease. Needs a client the operator builds itself (not
     /// [`client`](Self::client)). See `docs/high-availability.md`.
     ///
     /// ```
-    /// use kopf_runtime::LeaderElection;
+    /// use kopf_runtime::ha::LeaderElection;
     /// let builder = kopf_runtime::Operator::builder()
     ///     .leader_election(LeaderElection::new("my-operator", "operators"));
     /// # drop(builder);
@@ -508,7 +508,7 @@ impl OperatorBuilder {
     /// See `docs/high-availability.md`.
     ///
     /// ```
-    /// use kopf_runtime::Sharding;
+    /// use kopf_runtime::ha::Sharding;
     /// let builder = kopf_runtime::Operator::builder()
     ///     .sharding(Sharding::new("my-operator", "operators"));
     /// # drop(builder);

@@ -425,7 +425,9 @@ impl Member {
         if !self.fence.allows(Instant::now()) {
             return Ok(false);
         }
-        self.leases.write_group(group, &[claims.annotation()]).await?;
+        self.leases
+            .write_group(group, &[claims.annotation()])
+            .await?;
         Ok(true)
     }
 
