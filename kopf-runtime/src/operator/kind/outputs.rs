@@ -103,7 +103,7 @@ impl KindState {
         outputs: u32,
     ) {
         self.write_output(object, handler, patch, outputs).await;
-        self.supervisor.outputs_settled(&object.uid, outputs);
+        self.common.supervisor.outputs_settled(&object.uid, outputs);
     }
 
     async fn write_output(
@@ -118,7 +118,7 @@ impl KindState {
         let retained = !covered && self.retained.holds(&object.uid);
         // A retained object's record may be gone with its range (server-side sharding): the
         // write finds out whether the object itself is.
-        if !retained && self.records.get(&object.uid).is_none_or(|r| r.gone) {
+        if !retained && self.common.records.get(&object.uid).is_none_or(|r| r.gone) {
             debug!(object = %object, handler, "the object is gone; output dropped");
             return;
         }
