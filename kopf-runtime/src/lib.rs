@@ -192,7 +192,6 @@ pub mod ha;
 mod handler;
 mod operator;
 pub mod stats;
-mod status;
 #[cfg(feature = "testing")]
 pub mod testing;
 
@@ -204,14 +203,13 @@ pub use crate::core::sink::PatchError;
 pub use crate::core::stop::{StopReason, Stopper};
 pub use crate::handler::{
     BlockingSafe, Data, FieldChange, Inject, Live, Memo, Occurrence, Old, Patch, Registry,
-    RegistryError, Retry, Runtime, ScopeKind, Started, StaticResource,
+    RegistryError, Retry, Runtime, SchemalessStatus, ScopeKind, Started, StaticResource,
 };
 #[cfg(feature = "cli")]
 pub use crate::operator::OperatorArgs;
 pub use crate::operator::{EventError, Events, Operator, OperatorBuilder, OperatorError};
 #[cfg(feature = "logging")]
 pub use crate::operator::{LogFormat, LoggingError, init_logging};
-pub use crate::status::SchemalessStatus;
 pub use kopf_macros::{daemon, on_create, on_delete, on_resume, on_update, timer};
 /// The official Prometheus client, whose registry the operator's `/metrics` serves: register
 /// your own metrics into a [`Registry`](prometheus_client::registry::Registry) and give it to
