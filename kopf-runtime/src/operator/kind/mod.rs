@@ -36,7 +36,7 @@ use tracing::{debug, error, warn};
 
 use self::common::KindCommon;
 use self::effects::Plan;
-use self::outputs::Retained;
+use self::outputs::{Outputs, Retained};
 use self::queue::{Job, Queues, RunJob};
 use self::sharded::Sharded;
 use self::watch::{Observer, Selection};
@@ -192,14 +192,13 @@ pub(crate) fn launch(
 #[derive(Debug)]
 pub(crate) struct KindState {
     pub(crate) common: Arc<KindCommon>,
-    sink: KubePatchSink,
+    /// Where handler outputs go (see `outputs.rs`).
+    outputs: Outputs,
     events: Arc<EventPoster>,
     /// Whether another kopf operator's finalizer was seen (and warned about) already.
     foreign_seen: AtomicBool,
     /// What this replica serves of the kind (the watch follows it in server-side sharding).
     scope: tokio::sync::watch::Sender<Scope>,
-    /// The objects out of scope whose outputs are still written (see `outputs.rs`).
-    retained: Retained,
 }
 
 impl KindState {
@@ -232,11 +231,13 @@ impl KindState {
         };
         Self {
             common: Arc::new(common),
-            sink,
+            outputs: Outputs {
+                sink,
+                retained: Retained::new(shared.sharding.is_some(), shared.clearance.clone()),
+            },
             events: shared.poster.clone(),
             foreign_seen: AtomicBool::new(false),
             scope: tokio::sync::watch::Sender::new(scope),
-            retained: Retained::new(shared),
         }
     }
 
@@ -388,7 +389,7 @@ impl KindState {
 
 impl Observer for KindState {
     fn discovered(&self, status_subresource: bool) {
-        self.sink.status.set(status_subresource);
+        self.outputs.sink.status.set(status_subresource);
     }
 
     fn observe(self: &Arc<Self>, object: Watched) -> Option<Arc<str>> {
@@ -427,7 +428,7 @@ impl Follower for KindState {
     /// but the outputs of a shard member's objects that leave its scope (see `outputs.rs`).
     fn serve(self: Arc<Self>, scope: Scope) {
         let busy = self.common.supervisor.busy_uids();
-        self.retained.follow(&self.scope.borrow(), &scope, &busy);
+        (self.outputs.retained).follow(&self.scope.borrow(), &scope, &busy);
         self.common.finalizers.set_scope(scope.clone());
         if matches!(scope, Scope::Nothing) {
             self.common.supervisor.pause();
@@ -462,7 +463,12 @@ impl RunJob for KindState {
                 handler,
                 patch,
                 outputs,
-            } => self.output(&object, handler, patch, outputs).await,
+            } => {
+                let common = &self.common;
+                (self.outputs)
+                    .output(common, &object, handler, patch, outputs)
+                    .await;
+            }
         }
     }
 }
