@@ -13,6 +13,7 @@ mod patch;
 mod prepared;
 mod registry;
 mod resource;
+mod status;
 mod typed;
 
 pub use change::{FieldChange, Old};
@@ -28,4 +29,5 @@ pub use patch::Patch;
 pub use prepared::{ChangeHandlerKind, DaemonKind, HandlerReturn, PreparedCall, TimerKind};
 pub use registry::{Registration, Registry, RegistryError};
 pub use resource::{ScopeKind, StaticResource};
+pub use status::SchemalessStatus;
 pub use typed::{TypedHandler, erase};

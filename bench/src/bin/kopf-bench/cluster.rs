@@ -146,7 +146,7 @@ impl Cluster {
         let mut out = vec![None; n];
         for obj in list {
             if let Some(slot) = object_index(&obj.name_any()).and_then(|i| out.get_mut(i)) {
-                *slot = obj.uid().map(|uid| kopf_runtime::shard_of(&uid));
+                *slot = obj.uid().map(|uid| kopf_runtime::ha::shard_of(&uid));
             }
         }
         out.into_iter()
