@@ -13,6 +13,9 @@ use tokio::time::Instant;
 /// `synced <count>`.
 pub(crate) const SYNCED: &str = "synced ";
 
+/// The log line of kopf-rs once its operator has started (its watches are being set up).
+pub(crate) const OPERATOR_STARTED: &str = "the operator has started";
+
 /// One arm of a comparison.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) enum Arm {
@@ -27,15 +30,19 @@ pub(crate) enum Arm {
     /// The raw kube-rs watch + store, doing nothing else (`bench-kube-store`): the memory
     /// reference of scenarios 1 and 2.
     KubeStore,
+    /// A kube-rs `Controller` with `.owns(..)` (`bench-kube-controller`): the reference of
+    /// scenario 10.
+    KubeController,
 }
 
 impl Arm {
-    pub(crate) const ALL: [Self; 5] = [
+    pub(crate) const ALL: [Self; 6] = [
         Self::KopfRs,
         Self::KopfPy,
         Self::Tokio,
         Self::KubeLoop,
         Self::KubeStore,
+        Self::KubeController,
     ];
 
     pub(crate) fn as_str(self) -> &'static str {
@@ -45,13 +52,14 @@ impl Arm {
             Self::Tokio => "tokio",
             Self::KubeLoop => "kube-loop",
             Self::KubeStore => "kube-store",
+            Self::KubeController => "kube-controller",
         }
     }
 
-    /// Whether the arm records fires. One that does not (`kube-store`) prints
-    /// [`SYNCED`] on stdout once it holds every object instead.
+    /// Whether the arm records fires. One that does not (`kube-store`, `kube-controller`)
+    /// prints [`SYNCED`] on stdout once it holds every object instead.
     pub(crate) fn records_fires(self) -> bool {
-        self != Self::KubeStore
+        !matches!(self, Self::KubeStore | Self::KubeController)
     }
 
     pub(crate) fn parse(s: &str) -> anyhow::Result<Self> {
@@ -72,6 +80,8 @@ pub(crate) enum Mode {
     DaemonsHa,
     /// Daemons, as one member of a sharded group (kopf-rs only; identity in `BENCH_IDENTITY`).
     DaemonsShard,
+    /// A reconcile handler owning three children per parent (scenario 10).
+    Children,
 }
 
 impl Mode {
@@ -82,6 +92,7 @@ impl Mode {
             Self::TimersWrite => "timers-write",
             Self::DaemonsHa => "daemons-ha",
             Self::DaemonsShard => "daemons-shard",
+            Self::Children => "children",
         }
     }
 }
@@ -160,6 +171,7 @@ impl Programs {
                 c.arg(n.to_string());
                 c
             }
+            Arm::KubeController => self.rust("bench-kube-controller")?,
         })
     }
 
@@ -192,12 +204,13 @@ impl Programs {
             _ => {}
         }
         let stdout = dir.join("stdout.log");
+        let stderr = dir.join("stderr.log");
         cmd.env("BENCH_FIRES", &fires)
             .env("BENCH_MODE", mode.as_str())
             .env("BENCH_N", n.to_string())
             .stdin(Stdio::null())
             .stdout(File::create(&stdout)?)
-            .stderr(File::create(dir.join("stderr.log"))?);
+            .stderr(File::create(&stderr)?);
         let child = cmd
             .spawn()
             .with_context(|| format!("starting the {} arm", arm.as_str()))?;
@@ -205,6 +218,7 @@ impl Programs {
             child,
             fires,
             stdout,
+            stderr,
         })
     }
 }
@@ -216,6 +230,8 @@ pub(crate) struct Running {
     pub(crate) fires: PathBuf,
     /// Its stdout.
     stdout: PathBuf,
+    /// Its stderr (the operators' logs).
+    stderr: PathBuf,
 }
 
 impl Running {
@@ -230,6 +246,13 @@ impl Running {
         out.lines()
             .rev()
             .find_map(|l| l.strip_prefix(SYNCED)?.trim().parse().ok())
+    }
+
+    /// Whether the arm says it is ready: a [`SYNCED`] line on stdout (the raw kube-rs arms) or
+    /// kopf-rs's log line "the operator has started".
+    pub(crate) fn ready(&self) -> bool {
+        self.synced().is_some()
+            || std::fs::read_to_string(&self.stderr).is_ok_and(|err| err.contains(OPERATOR_STARTED))
     }
 
     /// Fails if the arm has already exited.

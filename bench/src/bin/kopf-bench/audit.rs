@@ -24,6 +24,15 @@ pub(crate) struct Counts {
     pub(crate) by_verb: BTreeMap<String, u64>,
 }
 
+impl Counts {
+    /// The total as a metric value.
+    pub(crate) fn total_f(&self) -> f64 {
+        #[allow(clippy::cast_precision_loss)]
+        let t = self.total as f64;
+        t
+    }
+}
+
 impl AuditLog {
     pub(crate) fn from_env() -> Option<Self> {
         std::env::var_os("BENCH_AUDIT_LOG").map(|p| Self {
