@@ -3,7 +3,7 @@
 //! or a kube-rs `Controller` with `.owns(..)` (`bench-kube-controller`).
 //!
 //! ```text
-//!  no parents, no children ─► arm started, idle (ready) ─► harness creates N parents ── t0
+//!  no parents, no children ─► arm started, idle, its 4 watches open ─► N parents created ── t0
 //!     ─► every child in place (content + owner UID, seen by the harness's watch) ── converged
 //!     ─► the arm's requests stop (2 s without one) ── requests per converge = t0 … here
 //!     ─► rest window (--window): CPU, RSS, requests and writes (must be 0)
@@ -58,8 +58,12 @@ pub(crate) async fn children(
     clean(ctx, &client).await?;
     let watch = ChildWatch::start(&client);
     watch.wait_synced().await?;
+    let started = ctx.audit.as_ref().map_or(0, AuditLog::mark);
     let mut run = ctx.programs.spawn(arm, Mode::Children, n, dir)?;
-    let out = measure(ctx, &client, &watch, &mut run, n).await;
+    let out = match wait_ready(ctx, &mut run, started).await {
+        Ok(()) => measure(ctx, &client, &watch, &mut run, n).await,
+        Err(e) => Err(e),
+    };
     let stopped = run.stop(Duration::from_secs(60)).await;
     clean(ctx, &client).await?;
     let mut out = out?;
@@ -89,7 +93,6 @@ async fn measure(
 ) -> anyhow::Result<TrialOutput> {
     let mut m = Metrics::new();
     let mut notes = Vec::new();
-    wait_ready(run).await?;
     let audit0 = ctx.audit.as_ref().map_or(0, AuditLog::mark);
     let t0 = unix_nanos();
     ctx.cluster
@@ -127,17 +130,30 @@ async fn measure(
     })
 }
 
-/// Waits up to 60 s until the arm says it is ready, then 1 s for its other watches.
-async fn wait_ready(run: &mut Running) -> anyhow::Result<()> {
+/// The resources the arm must watch before the parents are created.
+const WATCHED: [&str; 4] = ["kopfexamples", "configmaps", "secrets", "services"];
+
+/// Waits up to 60 s until the arm is ready: its watches of the parents and of the three child
+/// kinds are open (the audit log has a watch request of each since `from`), then 0.5 s more.
+/// Without an audit log: 3 s after the start.
+async fn wait_ready(ctx: &Ctx, run: &mut Running, from: u64) -> anyhow::Result<()> {
+    let Some(audit) = &ctx.audit else {
+        sleep(Duration::from_secs(3)).await;
+        return run.check_alive();
+    };
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !run.ready() {
+    loop {
         run.check_alive()?;
+        let watched = audit.watched(from, audit.mark())?;
+        if WATCHED.iter().all(|r| watched.contains(*r)) {
+            break;
+        }
         if Instant::now() > deadline {
-            bail!("the arm did not say it was ready within 60 s");
+            bail!("the arm did not watch {WATCHED:?} within 60 s (it watched {watched:?})");
         }
         sleep(POLL).await;
     }
-    sleep(Duration::from_secs(1)).await;
+    sleep(Duration::from_millis(500)).await;
     Ok(())
 }
 
