@@ -99,6 +99,7 @@ async fn measure(
         .prepare(n)
         .await
         .context("creating the parents")?;
+    m.insert("create_s".into(), secs_since(t0, unix_nanos()));
     let uids = ctx.cluster.uids().await?;
     if uids.len() != n {
         bail!("{} parents exist after creating {n}", uids.len());
@@ -112,6 +113,9 @@ async fn measure(
     };
     let converge_s = secs_since(t0, t_conv);
     m.insert("converge_s".into(), converge_s);
+    if let Some(create_s) = m.get("create_s").copied() {
+        m.insert("converge_after_create_s".into(), converge_s - create_s);
+    }
     m.insert("parents_per_s".into(), count_f(n) / converge_s);
     let audit1 = quiet(ctx).await?;
     if let Some(c) = count(ctx, audit0, audit1)? {

@@ -60,7 +60,15 @@ const SHARDS: &[(&str, &str)] = &[
 
 /// The rows of scenario 10.
 const CHILDREN: &[(&str, &str)] = &[
-    ("converge_s", "converge after creating the parents (s)"),
+    ("create_s", "the harness creating the parents (s)"),
+    (
+        "converge_s",
+        "converge after the parents' creation began (s)",
+    ),
+    (
+        "converge_after_create_s",
+        "… of which after the last parent was created (s)",
+    ),
     ("parents_per_s", "parents/s"),
     ("requests_converge", "API requests per converge"),
     (
