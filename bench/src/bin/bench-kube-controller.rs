@@ -3,11 +3,11 @@
 //! careful kube-rs user writes it, kube-rs's defaults otherwise.
 //!
 //! ```text
-//!   watcher(KopfExample) ──┐
-//!   metadata_watcher(ConfigMap) ─┤ owner references      ┌─ SSA ConfigMap <parent>-config
-//!   metadata_watcher(Secret) ────┼──────────────► reconcile(parent) ─┼─ SSA Secret    <parent>-secret
-//!   metadata_watcher(Service) ───┘                       └─ SSA Service   <parent>-svc
-//!                                          Ok → requeue in 300 s; Err → error_policy backoff
+//!   watcher(KopfExample) ─────────┐
+//!   metadata_watcher(ConfigMap) ──┤  owner                  ┌─ SSA ConfigMap <parent>-config
+//!   metadata_watcher(Secret) ─────┼─────► reconcile(parent) ─┼─ SSA Secret    <parent>-secret
+//!   metadata_watcher(Service) ────┘  references             └─ SSA Service   <parent>-svc
+//!                        Ok → requeue in 300 s; Err → error_policy: backoff
 //! ```
 //!
 //! - `reconcile` server-side applies the three children of `kopf_bench::children` (the same

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! kopf-bench run [--scenarios timers,startup,...] [--n 100,1000] [--pairs 3] [--window 30]
-//!                [--arms kopf-rs,kopf-py,tokio,kube-loop,kube-store] [--out DIR] [--fresh] [--strict]
+//!                [--arms kopf-rs,kopf-py,tokio,kube-loop,kube-store,kube-controller] [--out DIR] [--fresh] [--strict]
 //!                [--inproc-n 100k,1M] [--inproc-interval 1] [--edits 200]
 //! kopf-bench report DIR
 //! ```
