@@ -7,6 +7,7 @@ use super::object::ObjectRef;
 /// A request from the supervisor to the Kubernetes adapter. Effects of one object are sent in
 /// the order they happened.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum Effect {
     /// Whether the object's finalizer must be held. Sent when this changes: `hold: true` as soon
     /// as a handler that holds the finalizer matches; `hold: false` the moment no such handler

@@ -140,6 +140,7 @@ pub struct Invocation {
 
 /// Why a handler's filters could not be evaluated for an object.
 #[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
 pub enum MatchError {
     /// The object does not deserialize into the handler's resource type.
     #[error("the object does not deserialize into `{type_name}`")]

@@ -31,6 +31,7 @@ impl fmt::Display for ObjectRef {
 
 /// Why a JSON body could not be used as an object.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ObjectError {
     /// The body is not a JSON object.
     #[error("the object body is not a JSON object")]

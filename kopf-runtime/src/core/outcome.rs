@@ -9,6 +9,7 @@ pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
 
 /// How the framework should go on after a failed invocation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ErrorKind {
     /// Retry after `delay` (daemons: in the same instance; timers: instead of the interval).
     /// Delays under one second are clamped to one second so a failing handler cannot busy-loop.

@@ -38,7 +38,7 @@ struct Entry {
 }
 
 /// The resourceVersions the operator wrote to its children (see the module's header). Shared
-/// by [`Children`](crate::Children) (through [`ChildWrites`](crate::engine::ChildWrites)) and
+/// by [`Children`](crate::Children) (through [`ChildWrites`]) and
 /// the child watches.
 #[derive(Debug)]
 pub struct Echoes {

@@ -241,7 +241,7 @@ impl DiffBase {
     /// Reads the annotation's value on the object `uid`.
     ///
     /// # Errors
-    /// As [`Self::decode`], and [`DecodeError::OtherObject`] for another object's value.
+    /// As `decode`, and [`DecodeError::OtherObject`] for another object's value.
     pub(crate) fn decode_for(text: &str, uid: &str) -> Result<Self, DecodeError> {
         let json = parse(text)?;
         check_owner(&json, uid)?;

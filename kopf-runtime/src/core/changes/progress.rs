@@ -144,7 +144,7 @@ impl Record {
         }
     }
 
-    /// The record's JSON (`st`, `n`, `s`, `at`; the message is added by [`Progress::encode`]).
+    /// The record's JSON (`st`, `n`, `s`, `at`; the message is added by `Progress::encode`).
     fn to_json(&self) -> Map<String, Value> {
         let (name, at) = match self.state {
             State::Pending => (None, None),
@@ -271,7 +271,7 @@ impl Progress {
     /// Reads the annotation's value on the object `uid`.
     ///
     /// # Errors
-    /// As [`Self::decode`], and [`DecodeError::OtherObject`] for another object's value.
+    /// As `decode`, and [`DecodeError::OtherObject`] for another object's value.
     pub(crate) fn decode_for(text: &str, uid: &str) -> Result<Self, DecodeError> {
         let json = parse(text)?;
         check_owner(&json, uid)?;

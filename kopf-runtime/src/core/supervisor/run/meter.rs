@@ -2,7 +2,7 @@
 //! their durations, timer lateness, retries and stops. They are plain atomics made once per
 //! handler when the supervisor is created, so recording one is a few relaxed atomic additions:
 //! no lock, no allocation, no label lookup. What is counted how is read at scrape time
-//! ([`MeterReader`]), together with a census of the instances running and stopping now.
+//! ([`MeterReader`](super::census::MeterReader)), together with a census of the instances running and stopping now.
 //!
 //! Nothing here knows about Prometheus: the operator encodes what it reads.
 

@@ -1,6 +1,6 @@
 //! Outputs on their way (opt-in: the operator tracks them): an object whose `Output` effect
 //! was sent and not yet written or given up by the adapter counts as busy
-//! ([`Supervisor::busy_uids`]), from the moment it is sent, under the lock that also sees its
+//! ([`Supervisor::busy_uids`](crate::core::supervisor::Supervisor::busy_uids)), from the moment it is sent, under the lock that also sees its
 //! instance exit. So a shard member never hands a range over while a handler's result or a
 //! cron run's record is still in the effects channel or the object's write queue: the next
 //! member would not see it, and would run that occurrence again.
