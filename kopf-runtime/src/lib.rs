@@ -181,6 +181,7 @@ pub mod testing;
 
 pub use crate::core::diff::{Diff, DiffItem, DiffOp};
 pub use crate::core::object::ObjectRef;
+pub use crate::core::reconcile::action::Action;
 pub use crate::core::outcome::{BoxError, ErrorKind, HandlerError, HandlerResult};
 pub use crate::core::resource::ResourceInfo;
 pub use crate::core::sink::PatchError;
@@ -199,7 +200,7 @@ pub use crate::operator::{LeaseRef, OperatorArgs};
 #[cfg(feature = "logging")]
 pub use crate::operator::{LogFormat, LoggingError, init_logging};
 pub use crate::status::SchemalessStatus;
-pub use kopf_macros::{daemon, on_create, on_delete, on_resume, on_update, timer};
+pub use kopf_macros::{daemon, on_create, on_delete, on_resume, on_update, reconcile, timer};
 /// The official Prometheus client, whose registry the operator's `/metrics` serves: register
 /// your own metrics into a [`Registry`](prometheus_client::registry::Registry) and give it to
 /// [`OperatorBuilder::metrics_registry`] (re-exported so that its version is the operator's).
@@ -213,8 +214,8 @@ pub use prometheus_client;
 
 /// The names nearly every operator file uses: `use kopf_runtime::prelude::*;`.
 ///
-/// - the attributes [`daemon`], [`timer`], [`on_create`], [`on_update`], [`on_delete`] and
-///   [`on_resume`];
+/// - the attributes [`daemon`], [`timer`], [`on_create`], [`on_update`], [`on_delete`],
+///   [`on_resume`] and [`reconcile`], with the [`Action`] a reconcile handler returns;
 /// - [`Operator`], to run the handlers from `main`;
 /// - the parameters most handlers take: [`Stopper`], [`Patch`], [`Live`], [`Data`],
 ///   [`Memo`], [`Retry`] and [`Events`], and the change handlers' [`FieldChange`] and [`Old`];
@@ -239,8 +240,9 @@ pub use prometheus_client;
 /// ```
 pub mod prelude {
     pub use crate::{
-        Data, Events, FieldChange, HandlerError, HandlerResult, Live, Memo, Old, Operator, Patch,
-        Retry, Stopper, daemon, on_create, on_delete, on_resume, on_update, timer,
+        Action, Data, Events, FieldChange, HandlerError, HandlerResult, Live, Memo, Old, Operator,
+        Patch, Retry, Stopper, daemon, on_create, on_delete, on_resume, on_update, reconcile,
+        timer,
     };
 }
 
@@ -248,8 +250,10 @@ pub mod prelude {
 #[doc(hidden)]
 pub mod __private {
     pub use crate::handler::{
-        ChangeHandlerKind, DaemonKind, HandlerReturn, PreparedCall, TimerKind, assert_blocking_safe,
+        ChangeHandlerKind, CleanupFn, DaemonKind, HandlerReturn, PreparedCall, ReconcileReturn,
+        TimerKind, assert_blocking_safe, kind_ref, map_related, start_cleanup,
     };
     pub use inventory;
     pub use kube::api::DynamicObject;
+    pub use serde_json;
 }
