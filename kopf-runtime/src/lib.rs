@@ -181,8 +181,8 @@ pub mod testing;
 
 pub use crate::core::diff::{Diff, DiffItem, DiffOp};
 pub use crate::core::object::ObjectRef;
-pub use crate::core::reconcile::action::Action;
 pub use crate::core::outcome::{BoxError, ErrorKind, HandlerError, HandlerResult};
+pub use crate::core::reconcile::action::Action;
 pub use crate::core::resource::ResourceInfo;
 pub use crate::core::sink::PatchError;
 pub use crate::core::stop::{StopReason, Stopper};

@@ -112,19 +112,23 @@ fn map_fns(model: &HandlerModel) -> TokenStream {
     let Some(reconcile) = &model.reconcile else {
         return TokenStream::new();
     };
-    let fns = reconcile.watches.iter().enumerate().map(|(index, (ty, map))| {
-        let name = spec::map_fn_name(index);
-        let call = quote_spanned! {map.span()=>
-            #krate::__private::map_related::<#ty, _>(__kopf_body, #map)
-        };
-        quote! {
-            fn #name(
-                __kopf_body: &#krate::__private::serde_json::Value,
-            ) -> ::std::vec::Vec<#krate::engine::Target> {
-                #call
+    let fns = reconcile
+        .watches
+        .iter()
+        .enumerate()
+        .map(|(index, (ty, map))| {
+            let name = spec::map_fn_name(index);
+            let call = quote_spanned! {map.span()=>
+                #krate::__private::map_related::<#ty, _>(__kopf_body, #map)
+            };
+            quote! {
+                fn #name(
+                    __kopf_body: &#krate::__private::serde_json::Value,
+                ) -> ::std::vec::Vec<#krate::engine::Target> {
+                    #call
+                }
             }
-        }
-    });
+        });
     quote!(#(#fns)*)
 }
 

@@ -20,19 +20,23 @@ const RECONCILE_ONLY: &[&str] = &["owns", "watches", "backoff_max", "debounce", 
 fn refused_by_reconcile(name: &str) -> Option<String> {
     let why = match name {
         n if TIMER_ONLY.contains(&n) => {
-            "`#[reconcile]` runs when something changes; for periodic runs return              `Action::requeue(delay)`"
+            "`#[reconcile]` runs when something changes; for periodic runs return \
+             `Action::requeue(delay)`"
         }
         "cancellation_polling" => {
             "a reconcile run is stopped with `cancellation_backoff` and `cancellation_timeout` only"
         }
         "initial_delay" => {
-            "`#[reconcile]` runs as soon as the object appears; `debounce` waits for quiet after              each trigger"
+            "`#[reconcile]` runs as soon as the object appears; `debounce` waits for quiet after \
+             each trigger"
         }
         "finalizer" | "optional" => {
-            "`#[reconcile]` holds the object's finalizer exactly when it has a `cleanup` to run              on deletion"
+            "`#[reconcile]` holds the object's finalizer exactly when it has a `cleanup` to run \
+             on deletion"
         }
         "retries" | "retry_timeout" => {
-            "`#[reconcile]` retries until it succeeds, backing off from `backoff` up to              `backoff_max`; return `HandlerError::permanent` to wait for the next change instead"
+            "`#[reconcile]` retries until it succeeds, backing off from `backoff` up to \
+             `backoff_max`; return `HandlerError::permanent` to wait for the next change instead"
         }
         _ => return None,
     };
@@ -49,7 +53,8 @@ pub(crate) fn refused_option(kind: Kind, name: &str) -> Option<String> {
     }
     if RECONCILE_ONLY.contains(&name) {
         return Some(format!(
-            "`{name}` is a `#[reconcile]` option: `{attr}` has no children, related objects,              error backoff schedule, debounce or cleanup"
+            "`{name}` is a `#[reconcile]` option: `{attr}` has no children, related objects, \
+             error backoff schedule, debounce or cleanup"
         ));
     }
     let runs = match kind {

@@ -69,7 +69,15 @@ fn check(kind: Kind, args: &RawArgs, sig: &Signature, attr: Span) -> darling::Re
         Some(annotations),
         Some(field),
         Some(reconcile),
-    ) = (id, resource, schedule, labels, annotations, field, reconcile)
+    ) = (
+        id,
+        resource,
+        schedule,
+        labels,
+        annotations,
+        field,
+        reconcile,
+    )
     else {
         // Each check either succeeded or pushed an error, so this is not reached.
         return Err(darling::Error::custom(

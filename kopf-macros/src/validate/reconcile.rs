@@ -35,18 +35,27 @@ pub(crate) fn reconcile(
             sig.ident.span(),
         ));
     }
-    for (name, value) in [("debounce", args.debounce), ("backoff_max", args.backoff_max)] {
+    for (name, value) in [
+        ("debounce", args.debounce),
+        ("backoff_max", args.backoff_max),
+    ] {
         if let Some(d) = value.filter(|d| d.value.is_zero()) {
             let hint = if name == "debounce" {
                 " (leave it out to run at once)"
             } else {
                 ""
             };
-            errors.push(err(format!("`{name}` must be longer than zero{hint}"), d.span));
+            errors.push(err(
+                format!("`{name}` must be longer than zero{hint}"),
+                d.span,
+            ));
         }
     }
     let backoff = args.backoff.map_or(DEFAULT_BACKOFF, |b| b.value);
-    if let Some(max) = args.backoff_max.filter(|m| m.value < backoff && !m.value.is_zero()) {
+    if let Some(max) = args
+        .backoff_max
+        .filter(|m| m.value < backoff && !m.value.is_zero())
+    {
         let what = if args.backoff.is_some() {
             format!("`backoff` ({backoff:?})")
         } else {
@@ -64,7 +73,11 @@ pub(crate) fn reconcile(
     errors.finish()?;
     Ok(Some(Reconcile {
         owns: args.owns.as_ref().map(|o| o.0.clone()).unwrap_or_default(),
-        watches: args.watches.as_ref().map(|w| w.0.clone()).unwrap_or_default(),
+        watches: args
+            .watches
+            .as_ref()
+            .map(|w| w.0.clone())
+            .unwrap_or_default(),
         backoff_max: args.backoff_max.map(|d| d.value),
         debounce: args.debounce.map(|d| d.value),
         cleanup: args.cleanup.as_ref().map(|c| c.0.clone()),

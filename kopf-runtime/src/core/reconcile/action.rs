@@ -87,7 +87,9 @@ impl Action {
     /// ```
     #[must_use]
     pub fn from_result(result: Option<&Value>) -> Self {
-        let ms = result.and_then(|v| v.get(REQUEUE_MS)).and_then(Value::as_u64);
+        let ms = result
+            .and_then(|v| v.get(REQUEUE_MS))
+            .and_then(Value::as_u64);
         Self {
             requeue_after: ms.map(Duration::from_millis),
         }
@@ -110,6 +112,9 @@ mod tests {
         }
         let huge = Action::requeue(Duration::MAX);
         let back = Action::from_result(huge.to_result().as_ref());
-        assert!(back.requeue_after.is_some_and(|d| d >= Duration::from_secs(1 << 40)));
+        assert!(
+            back.requeue_after
+                .is_some_and(|d| d >= Duration::from_secs(1 << 40))
+        );
     }
 }

@@ -40,7 +40,11 @@ impl Backoff {
     /// the jitter (up to a tenth of the base) is taken off.
     pub(crate) fn delay(self, failures: u32, draw: f64) -> Duration {
         let base = self.base(failures);
-        let draw = if draw.is_finite() { draw.clamp(0.0, 1.0) } else { 0.0 };
+        let draw = if draw.is_finite() {
+            draw.clamp(0.0, 1.0)
+        } else {
+            0.0
+        };
         let off = base.mul_f64(draw / 10.0);
         base.saturating_sub(off).max(MIN_DELAY)
     }
@@ -60,7 +64,16 @@ mod tests {
             initial: S(1),
             max: S(10),
         };
-        let table = [(0, 1), (1, 1), (2, 2), (3, 4), (4, 8), (5, 10), (6, 10), (99, 10)];
+        let table = [
+            (0, 1),
+            (1, 1),
+            (2, 2),
+            (3, 4),
+            (4, 8),
+            (5, 10),
+            (6, 10),
+            (99, 10),
+        ];
         for (failures, secs) in table {
             assert_eq!(b.base(failures), S(secs), "after {failures} failures");
             assert_eq!(b.delay(failures, 0.0), S(secs), "no jitter drawn");
@@ -76,7 +89,10 @@ mod tests {
         };
         assert_eq!(b.delay(1, 0.5), Duration::from_millis(9_500));
         let almost = b.delay(3, 0.999_999);
-        assert!(almost > S(36) && almost < S(36) + Duration::from_millis(1), "{almost:?}");
+        assert!(
+            almost > S(36) && almost < S(36) + Duration::from_millis(1),
+            "{almost:?}"
+        );
         assert_eq!(b.delay(9, 1.0), S(54), "at the cap too");
         assert_eq!(b.delay(1, f64::NAN), S(10), "a bad draw takes nothing off");
         assert_eq!(b.delay(1, 7.0), S(9), "nor more than a tenth");

@@ -36,8 +36,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-pub(crate) use super::backoff::MIN_DELAY;
 use super::backoff::Backoff;
+pub(crate) use super::backoff::MIN_DELAY;
 
 /// The options of the rules, from the handler spec.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

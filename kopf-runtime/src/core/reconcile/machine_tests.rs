@@ -52,7 +52,12 @@ fn a_run_then_a_requeue_then_a_wait_for_a_change() {
         &rules(None),
         t0,
         &[
-            (500, end(Success { requeue: Some(S(10)) })),
+            (
+                500,
+                end(Success {
+                    requeue: Some(S(10)),
+                }),
+            ),
             (5_000, Deadline), // early: nothing
             (10_500, Deadline),
             (10_700, end(Success { requeue: None })),
@@ -90,9 +95,27 @@ fn triggers_during_a_run_give_exactly_one_more_run() {
     assert_eq!(
         steps,
         vec![
-            (100, Running { again: Some(t0 + MS(100)) }, Wait),
-            (200, Running { again: Some(t0 + MS(200)) }, Wait),
-            (300, Running { again: Some(t0 + MS(300)) }, Wait),
+            (
+                100,
+                Running {
+                    again: Some(t0 + MS(100))
+                },
+                Wait
+            ),
+            (
+                200,
+                Running {
+                    again: Some(t0 + MS(200))
+                },
+                Wait
+            ),
+            (
+                300,
+                Running {
+                    again: Some(t0 + MS(300))
+                },
+                Wait
+            ),
             (400, Running { again: None }, Run),
             (900, Waiting { due: None }, Wait),
         ]
@@ -112,7 +135,7 @@ fn debounce_waits_for_quiet_after_the_last_trigger() {
             (1_300, Trigger),
             (1_500, Deadline), // the first trigger's end of quiet: moved
             (1_800, Deadline),
-            (1_900, Trigger),  // during the run
+            (1_900, Trigger), // during the run
             (2_100, end(Success { requeue: None })),
             (2_400, Deadline),
             (2_450, end(Success { requeue: None })),
@@ -128,7 +151,13 @@ fn debounce_waits_for_quiet_after_the_last_trigger() {
             (1_300, Debouncing { until: at(1_800) }, Wait),
             (1_500, Debouncing { until: at(1_800) }, Wait),
             (1_800, Running { again: None }, Run),
-            (1_900, Running { again: Some(at(1_900)) }, Wait),
+            (
+                1_900,
+                Running {
+                    again: Some(at(1_900))
+                },
+                Wait
+            ),
             (2_100, Debouncing { until: at(2_400) }, Wait),
             (2_400, Running { again: None }, Run),
             (2_450, Waiting { due: None }, Wait),
@@ -207,11 +236,26 @@ fn a_trigger_cuts_a_requeue_or_backoff_short_and_keeps_the_failure_count() {
     m.step(end(Failed { delay: None }), t0, &r, 0.0);
     assert_eq!(m.step(Trigger, t0 + MS(10), &r, 0.0), Run);
     m.step(end(Failed { delay: None }), t0 + MS(20), &r, 0.0);
-    assert_eq!(m.deadline(), Some(t0 + MS(20) + S(2)), "the second failure in a row");
+    assert_eq!(
+        m.deadline(),
+        Some(t0 + MS(20) + S(2)),
+        "the second failure in a row"
+    );
     assert_eq!(m.failures, 2);
     m.step(Trigger, t0 + MS(30), &r, 0.0);
-    m.step(end(Success { requeue: Some(Duration::ZERO) }), t0 + MS(40), &r, 0.0);
-    assert_eq!(m.deadline(), Some(t0 + MS(40) + MIN_DELAY), "a zero requeue is clamped");
+    m.step(
+        end(Success {
+            requeue: Some(Duration::ZERO),
+        }),
+        t0 + MS(40),
+        &r,
+        0.0,
+    );
+    assert_eq!(
+        m.deadline(),
+        Some(t0 + MS(40) + MIN_DELAY),
+        "a zero requeue is clamped"
+    );
     assert!(!m.running());
     assert_eq!(m.step(Trigger, t0 + MS(50), &r, 0.0), Run);
     assert!(m.running() && m.deadline().is_none());
@@ -236,7 +280,9 @@ fn op() -> impl Strategy<Value = Op> {
 fn ended(kind: u8) -> Ended {
     match kind {
         0 => Success { requeue: None },
-        1 => Success { requeue: Some(MS(700)) },
+        1 => Success {
+            requeue: Some(MS(700)),
+        },
         2 => Failed { delay: None },
         _ => Permanent,
     }
