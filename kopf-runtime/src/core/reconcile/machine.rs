@@ -133,11 +133,6 @@ impl Machine {
         }
     }
 
-    /// Whether a run is in progress.
-    pub(crate) fn running(&self) -> bool {
-        matches!(self.state, State::Running { .. })
-    }
-
     /// One transition at `now`; `draw` in `[0, 1)` picks a backoff's jitter.
     pub(crate) fn step(&mut self, input: Input, now: Instant, rules: &Rules, draw: f64) -> Step {
         match (self.state, input) {

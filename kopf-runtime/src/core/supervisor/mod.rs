@@ -30,6 +30,7 @@ pub(crate) mod changes;
 mod config;
 pub(crate) mod daemons;
 mod lifecycle;
+pub(crate) mod reconcile;
 pub(crate) mod rules;
 pub(crate) mod run;
 mod shutdown;
@@ -57,6 +58,7 @@ use crate::core::clearance::Clearance;
 use crate::core::effects::Effect;
 use crate::core::erased::{ErasedHandler, Services};
 use crate::core::object::ObjectState;
+use crate::core::reconcile::kinds::Trigger;
 use crate::core::spec::HandlerKind;
 use crate::core::stop::StopReason;
 
@@ -173,7 +175,8 @@ impl Supervisor {
         let meters = metered.then(|| handlers.iter().map(|_| HandlerMeter::default()).collect());
         let needs_essence = handlers.iter().any(|h| {
             let spec = h.spec();
-            spec.kind == HandlerKind::Timer && spec.schedule.idle.is_some()
+            (spec.kind == HandlerKind::Timer && spec.schedule.idle.is_some())
+                || spec.kind == HandlerKind::Reconcile
         });
         let changes =
             changes::state::Changes::build(&handlers, &config.annotation_prefix, &config.finalizer)
@@ -357,6 +360,52 @@ impl Supervisor {
             .collect();
         uids.sort();
         uids
+    }
+
+    /// Asks the reconcile handlers of the object `uid` to run (an owned child or a related
+    /// object changed, or anything else that calls for it; `cause` is for logs). Runs are
+    /// coalesced: triggers during a run give one more run after it, and a handler's `debounce`
+    /// applies. A no-op for an unknown or gone object, one with no reconcile instance (none
+    /// matches it, or it is paused or out of this supervisor's scope: it is reconciled anyway
+    /// when it resumes), or a supervisor without reconcile handlers.
+    ///
+    /// ```
+    /// # use kopf_runtime::engine::*;
+    /// # let (supervisor, _) = Supervisor::new(Vec::new(), Services::default(), SupervisorConfig::default());
+    /// supervisor.trigger("unknown-uid", Trigger::Child); // nothing to run: nothing happens
+    /// ```
+    pub fn trigger(&self, uid: &str, cause: Trigger) {
+        let state = self.inner().lock();
+        let entry = state.objects.get(uid).filter(|e| !e.gone && !e.deleting);
+        if let Some(triggers) = entry.and_then(|e| e.parts.get::<reconcile::Triggers>()) {
+            triggers.send(cause);
+        }
+    }
+
+    /// The UID of the tracked object `namespace`/`name` (`namespace: None` for a cluster-scoped
+    /// one), to resolve a related object's [`Target`](crate::engine::Target) for [`Supervisor::trigger`]. `None` if no
+    /// such object is tracked (or it is gone). A scan of the tracked objects.
+    ///
+    /// ```
+    /// # use kopf_runtime::engine::*;
+    /// # let (supervisor, _) = Supervisor::new(Vec::new(), Services::default(), SupervisorConfig::default());
+    /// let meta = serde_json::json!({"name": "a", "namespace": "ns", "uid": "u"});
+    /// supervisor.observe(ObjectState::from_json(serde_json::json!({"metadata": meta})).unwrap());
+    /// assert_eq!(supervisor.uid_of(Some("ns"), "a").as_deref(), Some("u"));
+    /// assert_eq!(supervisor.uid_of(None, "a"), None);
+    /// ```
+    #[must_use]
+    pub fn uid_of(&self, namespace: Option<&str>, name: &str) -> Option<Arc<str>> {
+        let state = self.inner().lock();
+        state
+            .objects
+            .iter()
+            .find(|(_, e)| {
+                !e.gone
+                    && &*e.reference.name == name
+                    && e.reference.namespace.as_deref() == namespace
+            })
+            .map(|(uid, _)| Arc::clone(uid))
     }
 
     /// Pauses the operator (e.g. it lost leadership): every instance is stopped with
