@@ -44,18 +44,21 @@ struct Rec {
 }
 
 fn since(t0: Instant) -> u64 {
-    u64::try_from(t0.elapsed().as_millis()).unwrap()
+    u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
 impl Rec {
     fn call(&self, what: &str, script: &Mutex<VecDeque<Out>>, inv: &Invocation) -> Call {
         let out = script
             .lock()
-            .unwrap()
+            .expect("the script")
             .pop_front()
             .unwrap_or(Out::Ok(Action::await_change()));
         let (t0, calls, takes) = (self.t0, Arc::clone(&self.calls), self.takes);
-        calls.lock().unwrap().push((since(t0), what.to_owned()));
+        calls
+            .lock()
+            .expect("the log")
+            .push((since(t0), what.to_owned()));
         let stopper = inv.stopper.clone();
         Call::Async(Box::pin(async move {
             tokio::time::sleep(takes).await;
@@ -69,7 +72,7 @@ impl Rec {
                 Out::UntilStopped => {
                     stopper.stopped().await;
                     let note = format!("stopped: {}", stopper.reason());
-                    calls.lock().unwrap().push((since(t0), note));
+                    calls.lock().expect("the log").push((since(t0), note));
                     Ok(Output::default())
                 }
             }
@@ -127,7 +130,7 @@ impl Test {
         let sink = Arc::clone(&fx);
         tokio::spawn(async move {
             while let Some(effect) = rx.recv().await {
-                sink.lock().unwrap().push((since(t0), effect));
+                sink.lock().expect("the log").push((since(t0), effect));
             }
         });
         Self { sup, t0, calls, fx }
@@ -138,7 +141,7 @@ impl Test {
     }
 
     fn calls(&self, what: &str) -> Vec<u64> {
-        let calls = self.calls.lock().unwrap();
+        let calls = self.calls.lock().expect("the log");
         calls
             .iter()
             .filter(|(_, w)| w == what)
@@ -147,11 +150,11 @@ impl Test {
     }
 
     fn notes(&self) -> Vec<(u64, String)> {
-        self.calls.lock().unwrap().clone()
+        self.calls.lock().expect("the log").clone()
     }
 
     fn finalizer(&self) -> Vec<(u64, bool)> {
-        let fx = self.fx.lock().unwrap();
+        let fx = self.fx.lock().expect("the log");
         (fx.iter())
             .filter_map(|(t, e)| match e {
                 Effect::Finalizer { hold, .. } => Some((*t, *hold)),
@@ -161,7 +164,7 @@ impl Test {
     }
 
     fn failures(&self) -> Vec<(u64, bool)> {
-        let fx = self.fx.lock().unwrap();
+        let fx = self.fx.lock().expect("the log");
         (fx.iter())
             .filter_map(|(t, e)| match e {
                 Effect::Failure { fatal, .. } => Some((*t, *fatal)),
@@ -171,7 +174,7 @@ impl Test {
     }
 
     fn outputs(&self) -> usize {
-        let fx = self.fx.lock().unwrap();
+        let fx = self.fx.lock().expect("the log");
         fx.iter()
             .filter(|(_, e)| matches!(e, Effect::Output { .. }))
             .count()

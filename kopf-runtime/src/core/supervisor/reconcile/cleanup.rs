@@ -44,7 +44,7 @@ impl ErasedHandler for Cleanup {
 /// Runs the cleanup until it is done, or the instance is asked to stop.
 pub(crate) async fn run(runner: &mut Runner) -> Exit {
     runner.handler = Arc::new(Cleanup(Arc::clone(&runner.handler)));
-    let backoff = super::rules(runner.spec).backoff;
+    let backoff = super::part::rules(runner.spec).backoff;
     let started = Instant::now();
     let mut failures: u32 = 0;
     loop {

@@ -18,7 +18,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::Pulse;
+use super::part::Pulse;
 use crate::core::erased::Output;
 use crate::core::outcome::{ErrorKind, HandlerError};
 use crate::core::reconcile::action::Action;
@@ -78,7 +78,7 @@ impl Inputs {
 
 /// Runs a reconcile instance until it is asked to stop.
 pub(crate) async fn run(runner: &mut Runner, triggers: watch::Receiver<Pulse>) -> Exit {
-    let rules = super::rules(runner.spec);
+    let rules = super::part::rules(runner.spec);
     let mut inputs = Inputs {
         triggers,
         triggers_open: true,

@@ -3,7 +3,8 @@
 
 use tokio::sync::watch;
 
-use super::{Pulse, Wanted, cleanup, run};
+use super::part::{Pulse, Wanted};
+use super::{cleanup, run};
 use crate::core::stop::StopReason;
 use crate::core::supervisor::run::runner::Runner;
 use crate::core::supervisor::run::state::Exit;
