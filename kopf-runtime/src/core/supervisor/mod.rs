@@ -9,10 +9,11 @@
 //! ```text
 //!  mod (the handle), lifecycle (per object: match, spawn, stop, finalizer), shutdown
 //!      │ dispatches to
-//!      ├──────────────────────────────┬──────────────────────────────┐
-//!  daemons/  task ─▶ daemon, timer, cron     changes/  mod (reconcile) ─▶ task ─▶ state
-//!      │ built on                     │                 │ rules: core/changes (pure)
-//!      ▼                              ▼                 ▼
+//!      ├──────────────────────────────┬──────────────────────────────┬─────────────────────────┐
+//!  daemons/  task ─▶ daemon, timer, cron     changes/  mod (reconcile) ─▶ task ─▶ state   reconcile/
+//!      │ built on                     │                 │ rules: core/changes (pure)    task ─▶ run,
+//!      ▼                              ▼                 ▼                   cleanup; part; rules:
+//!                                                                           core/reconcile (pure)
 //!  run/  the small core: state (objects, slots, a kind's own state as `parts`), runner,
 //!        invoke (timeout, stop ladder, threads), road (the one road for results: effects and
 //!        the output sink), meter, census, stats, report, outputs, instance, blocking
@@ -24,7 +25,7 @@
 //!
 //! `config` holds the operator-wide [`SupervisorConfig`], with the output sink every kind's
 //! results are stored through. The behaviour is documented in `docs/daemons.md`,
-//! `docs/timers.md` and `docs/change-handlers.md`.
+//! `docs/timers.md`, `docs/change-handlers.md` and `docs/reconcile.md`.
 
 pub(crate) mod changes;
 mod config;
