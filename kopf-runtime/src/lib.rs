@@ -142,8 +142,8 @@
 //! The user guide lives in the repository's `docs/` ([index]); its Rust blocks are compiled
 //! against this crate.
 //!
-//! - [Quick start], [daemons], [timers], [handlers] (signatures, injectable parameters, every
-//!   option), [filters], [patches and results][patches], [errors and retries][errors],
+//! - [Quick start], [daemons], [timers], [reconcile handlers][reconcile], [handlers]
+//!   (signatures, injectable parameters, every option), [filters], [patches and results][patches], [errors and retries][errors],
 //!   [finalizers and deletion][finalizers], [shutdown], [events and logging][events-and-logging].
 //! - [Testing your operator][testing], [deploying] (RBAC, probes), [operations],
 //!   [reliability] (what happens when the API server misbehaves), [high availability]
@@ -154,6 +154,7 @@
 //! [Quick start]: https://github.com/kopf-rs/kopf-rs/blob/main/docs/quickstart.md
 //! [daemons]: https://github.com/kopf-rs/kopf-rs/blob/main/docs/daemons.md
 //! [timers]: https://github.com/kopf-rs/kopf-rs/blob/main/docs/timers.md
+//! [reconcile]: https://github.com/kopf-rs/kopf-rs/blob/main/docs/reconcile.md
 //! [handlers]: https://github.com/kopf-rs/kopf-rs/blob/main/docs/handlers.md
 //! [filters]: https://github.com/kopf-rs/kopf-rs/blob/main/docs/filters.md
 //! [patches]: https://github.com/kopf-rs/kopf-rs/blob/main/docs/patches.md
