@@ -143,8 +143,9 @@
 //! against this crate.
 //!
 //! - [Quick start], [daemons], [timers], [reconcile handlers][reconcile], [handlers]
-//!   (signatures, injectable parameters, every option), [filters], [patches and results][patches], [errors and retries][errors],
-//!   [finalizers and deletion][finalizers], [shutdown], [events and logging][events-and-logging].
+//!   (signatures, injectable parameters, every option), [filters], [patches and
+//!   results][patches], [errors and retries][errors], [finalizers and deletion][finalizers],
+//!   [shutdown], [events and logging][events-and-logging].
 //! - [Testing your operator][testing], [deploying] (RBAC, probes), [operations],
 //!   [reliability] (what happens when the API server misbehaves), [high availability]
 //!   (several replicas, leader election, fencing).
