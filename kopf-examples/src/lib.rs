@@ -41,6 +41,8 @@ pub mod docs {
         Handlers => "docs/handlers.md",
         HighAvailability => "docs/high-availability.md",
         Reconcile => "docs/reconcile.md",
+        Children => "docs/children.md",
+        ComingFromKubeRs => "docs/coming-from-kube-rs.md",
     }
 }
 

@@ -138,4 +138,4 @@ pub use crate::core::spec::{
 pub use crate::core::supervisor::{
     BlockingPool, InScope, ShutdownReport, Stats, Supervisor, SupervisorConfig,
 };
-pub use crate::handler::{Registration, TypedHandler, erase};
+pub use crate::handler::{ChildWrites, Registration, TypedHandler, erase};

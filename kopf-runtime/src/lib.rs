@@ -192,6 +192,7 @@ pub use crate::handler::{
     BlockingSafe, Data, FieldChange, Inject, Live, Memo, Occurrence, Old, Patch, Registry,
     RegistryError, Retry, Runtime, ScopeKind, Started, StaticResource,
 };
+pub use crate::handler::{ChildError, Children};
 pub use crate::operator::{
     EventError, Events, Fenced, KindStats, LeaderElection, Leadership, Membership, Operator,
     OperatorBuilder, OperatorError, OperatorStats, RequestStats, Role, SHARD_RANGES, ShardWatch,
@@ -258,4 +259,14 @@ pub mod __private {
     pub use inventory;
     pub use kube::api::DynamicObject;
     pub use serde_json;
+
+    /// The children's and related objects' watches, until the operator starts them itself
+    /// for reconcile handlers (the integration tests drive them directly).
+    pub mod children {
+        pub use crate::handler::Echoes;
+        pub use crate::operator::children::{
+            ChildCause, ChildWatch, NamedTrigger, OwnerKind, OwnerTrigger, RelatedMap,
+            RelatedWatch, Via, watch_children, watch_related,
+        };
+    }
 }

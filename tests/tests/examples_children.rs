@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kopf_examples::crd::{KopfExample, KopfExampleSpec};
+use kopf_runtime::engine::ChildWrites;
 use kopf_tests::{is_not_found, wait_for, wait_until};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use operator_common::{PROMPTLY, delete, example_namespace, operator, status, wait_gone};
@@ -82,7 +83,12 @@ async fn wait_children_status(api: &Api<KopfExample>, name: &str, want: &Value) 
 async fn the_daemon_owns_and_restores_its_child() -> anyhow::Result<()> {
     let (ns, parents) = example_namespace().await?;
     let config_maps = ns.api::<ConfigMap>();
-    let op = operator(&ns, &["children"]).await?.start().await?;
+    let writes = ChildWrites::new(children::FIELD_MANAGER);
+    let op = operator(&ns, &["children"])
+        .await?
+        .data(writes)
+        .start()
+        .await?;
 
     // 1. A parent: its child is applied with the spec's data and an owner reference.
     let spec = KopfExampleSpec {

@@ -18,20 +18,22 @@
 //! ```
 //!
 //! It shows:
-//! - **server-side apply** of a child (`PatchParams::apply(FIELD_MANAGER).force()`): the daemon
-//!   declares the fields it owns under a field manager of its own, and `force` takes them back
-//!   from whoever edited them meanwhile (it is the authority on these keys; without `force`, a
-//!   hand edit would make every later apply fail with a conflict). Keys it no longer applies
-//!   (`duration` after `spec.duration` is removed) are removed by the API server; keys others add
-//!   are theirs and are left alone;
-//! - an **owner reference** to the parent (`controller: true`, `blockOwnerDeletion: true`): the
-//!   daemon never deletes the child. Deleting the parent lets the Kubernetes garbage collector
-//!   delete it — also when the operator is down, crashed, or its finalizer was stripped, which
-//!   a delete in the daemon could not survive. And a daemon is stopped for more than deletion
-//!   (the operator exiting or pausing, its filters no longer matching): the child's life follows
-//!   the parent's, not the daemon's. A child written by a request still in flight when the
-//!   parent went away names an owner that no longer exists, so the collector removes it too;
-//!   with `kubectl delete --cascade=foreground` the parent stays until the child is gone;
+//! - **`Children<K>`**, the handler parameter that applies a child: `children.apply("config",
+//!   cm)` names it `<parent>-config`, puts it in the parent's namespace, makes the parent its
+//!   controller (an owner reference with `controller: true`, `blockOwnerDeletion: true`), gives
+//!   it the parent's labels, and writes it by **server-side apply** with the field manager of
+//!   [`ChildWrites`] and `force`: the daemon declares the fields it owns, and `force` takes them
+//!   back from whoever edited them meanwhile (it is the authority on these keys). Keys it no
+//!   longer applies (`duration` after `spec.duration` is removed) are removed by the API server;
+//!   keys others add are theirs and are left alone. Its errors name the child and the parent;
+//! - the **owner reference**: the daemon never deletes the child. Deleting the parent lets the
+//!   Kubernetes garbage collector delete it — also when the operator is down, crashed, or its
+//!   finalizer was stripped, which a delete in the daemon could not survive. And a daemon is
+//!   stopped for more than deletion (the operator exiting or pausing, its filters no longer
+//!   matching): the child's life follows the parent's, not the daemon's. A child written by a
+//!   request still in flight when the parent went away names an owner that no longer exists, so
+//!   the collector removes it too; with `kubectl delete --cascade=foreground` the parent stays
+//!   until the child is gone;
 //! - a daemon that waits on **`Live<K>` and its `Stopper` together**: a change of the parent's
 //!   spec re-applies the child at once (changes of its metadata or status do not);
 //! - **restoring the child** when someone deletes it or edits its data. The daemon checks it
@@ -40,8 +42,9 @@
 //!   `kube::runtime::watcher` on the child would restore it sooner, but a watch per object is one
 //!   long-lived request (an open connection) per parent for as long as the daemon runs — with
 //!   thousands of parents, thousands of watches on the API server — while a short GET every 5 s
-//!   holds nothing open. (At scale, one shared watch of all the children, by a label selector,
-//!   waking the daemons concerned is the better design; it is beyond this example.);
+//!   holds nothing open. (At scale, one shared watch of all the children waking the owners
+//!   concerned is the better design: that is what a reconcile handler's `owns` does, see
+//!   `docs/children.md`.);
 //! - a daemon that **never fails**: an error reading or applying the child is logged with the
 //!   child and the parent named, written into `status.children.error`, and retried on the next
 //!   round; the status is written with `Patch::flush` while the daemon runs;
@@ -88,45 +91,32 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kopf_examples::crd::KopfExample;
-use kopf_runtime::{HandlerError, HandlerResult, Live, Patch, Stopper, daemon};
-use kube::Resource as _;
-use kube::api::{Api, ObjectMeta, PatchParams};
+use kopf_runtime::engine::ChildWrites;
+use kopf_runtime::{ChildError, Children, HandlerResult, Live, Patch, Stopper, daemon};
 use serde_json::json;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
 /// The field manager of the daemon's server-side applies.
-const FIELD_MANAGER: &str = "kopf-examples-children";
+pub const FIELD_MANAGER: &str = "kopf-examples-children";
 /// How often the child is checked (and put back if it was deleted or edited).
 const RECHECK_EVERY: Duration = Duration::from_secs(5);
 /// The label the child carries, saying who manages it.
 const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", FIELD_MANAGER);
 
-/// The name of the child of the parent `parent`.
-fn child_name(parent: &str) -> String {
-    format!("{parent}-config")
-}
+/// The child's name is the parent's with this suffix: `<parent>-config`.
+const SUFFIX: &str = "config";
 
-/// The child as the parent's spec wants it.
+/// The child as the parent's spec wants it: its data. `Children` adds the rest (its name, its
+/// namespace, the owner reference, the parent's labels).
 #[derive(Debug, Clone, PartialEq)]
 struct Desired {
-    namespace: String,
-    name: String,
-    owner: OwnerReference,
     data: BTreeMap<String, String>,
 }
 
 impl Desired {
-    /// The child of `parent`; `None` for an object without a name, namespace or UID (never one
-    /// read from the API server).
-    fn of(parent: &KopfExample) -> Option<Self> {
-        let namespace = parent.metadata.namespace.clone()?;
-        let name = child_name(parent.metadata.name.as_deref()?);
-        parent.metadata.uid.as_ref()?;
-        let owner = OwnerReference {
-            block_owner_deletion: Some(true),
-            ..parent.controller_owner_ref(&())?
-        };
+    /// The child of `parent`.
+    fn of(parent: &KopfExample) -> Self {
         let spec = &parent.spec;
         let mut data = BTreeMap::new();
         if let Some(field) = &spec.field {
@@ -136,45 +126,29 @@ impl Desired {
         if let Some(duration) = &spec.duration {
             data.insert("duration".to_owned(), duration.clone());
         }
-        Some(Self {
-            namespace,
-            name,
-            owner,
-            data,
-        })
+        Self { data }
     }
 
     /// The manifest to apply: only the fields the daemon owns.
     fn manifest(&self) -> ConfigMap {
-        ConfigMap {
-            metadata: ObjectMeta {
-                name: Some(self.name.clone()),
-                namespace: Some(self.namespace.clone()),
-                labels: Some(BTreeMap::from([(
-                    MANAGED_BY.0.to_owned(),
-                    MANAGED_BY.1.to_owned(),
-                )])),
-                owner_references: Some(vec![self.owner.clone()]),
-                ..ObjectMeta::default()
-            },
+        let mut cm = ConfigMap {
             data: Some(self.data.clone()),
             ..ConfigMap::default()
-        }
+        };
+        let managed_by = (MANAGED_BY.0.to_owned(), MANAGED_BY.1.to_owned());
+        cm.metadata.labels = Some(BTreeMap::from([managed_by]));
+        cm
     }
 
     /// Whether `current` has everything the daemon applies: its data keys with their values and
-    /// the owner reference. What others added is not the daemon's business.
-    fn is_met_by(&self, current: &ConfigMap) -> bool {
+    /// the owner reference `owner`. What others added is not the daemon's business.
+    fn is_met_by(&self, current: &ConfigMap, owner: &OwnerReference) -> bool {
         let data = current.data.as_ref();
         let data_ok = self
             .data
             .iter()
             .all(|(key, value)| data.and_then(|d| d.get(key)) == Some(value));
-        let owned = current.metadata.owner_references.iter().flatten().any(|r| {
-            r.uid == self.owner.uid
-                && r.controller == Some(true)
-                && r.block_owner_deletion == Some(true)
-        });
+        let owned = (current.metadata.owner_references.iter().flatten()).any(|r| r == owner);
         data_ok && owned
     }
 }
@@ -223,38 +197,35 @@ impl Child {
 
     /// Makes the child match `want`: applies it when it is new or changed, else checks it and
     /// puts it back if it was deleted or edited.
-    async fn converge(&mut self, api: &Api<ConfigMap>, want: &Desired) -> Result<Round, String> {
+    async fn converge(
+        &mut self,
+        children: &Children<KopfExample>,
+        want: &Desired,
+    ) -> Result<Round, ChildError> {
         let round = if self.applied.as_ref() == Some(want) {
-            match api.get_opt(&want.name).await {
-                Ok(Some(current)) if want.is_met_by(&current) => return Ok(Round::InLine),
-                Ok(Some(_)) => Round::RestoredEdited,
-                Ok(None) => Round::RestoredDeleted,
-                Err(err) => return Err(format!("cannot read the ConfigMap: {err}")),
+            match children.get::<ConfigMap>(SUFFIX).await? {
+                Some(current) if want.is_met_by(&current, &children.owner_reference()) => {
+                    return Ok(Round::InLine);
+                }
+                Some(_) => Round::RestoredEdited,
+                None => Round::RestoredDeleted,
             }
         } else {
             Round::Applied
         };
-        let params = PatchParams::apply(FIELD_MANAGER).force();
-        api.patch(
-            &want.name,
-            &params,
-            &kube::api::Patch::Apply(&want.manifest()),
-        )
-        .await
-        .map_err(|err| format!("cannot apply the ConfigMap: {err}"))?;
+        children.apply(SUFFIX, want.manifest()).await?;
         self.applied = Some(want.clone());
         Ok(round)
     }
 
     /// One round: converges, logs and records the outcome, and writes the status if it changed.
-    async fn reconcile(&mut self, api: &Api<ConfigMap>, want: &Desired, patch: &Patch) {
-        let child = format!("{}/{}", want.namespace, want.name);
-        let parent = &want.owner.name;
-        match self.converge(api, want).await {
+    async fn reconcile(&mut self, children: &Children<KopfExample>, want: &Desired, patch: &Patch) {
+        let child = children.name_for(SUFFIX);
+        match self.converge(children, want).await {
             Ok(round) => {
                 match round {
                     Round::InLine => {}
-                    Round::Applied => info!(%child, %parent, "applied the ConfigMap"),
+                    Round::Applied => info!(%child, "applied the ConfigMap"),
                     Round::RestoredDeleted | Round::RestoredEdited => {
                         self.restored += 1;
                         self.dirty = true;
@@ -263,17 +234,18 @@ impl Child {
                         } else {
                             "put back the edited ConfigMap"
                         };
-                        info!(%child, %parent, restored = self.restored, "{what}");
+                        info!(%child, restored = self.restored, "{what}");
                     }
                 }
                 self.set_error(None);
             }
             Err(err) => {
-                warn!(%child, %parent, %err, "retrying in {RECHECK_EVERY:?}");
-                self.set_error(Some(err));
+                // The error names the child and the parent.
+                warn!(%err, "retrying in {RECHECK_EVERY:?}");
+                self.set_error(Some(err.to_string()));
             }
         }
-        self.flush(patch, &want.name).await;
+        self.flush(patch, &child).await;
     }
 
     fn set_error(&mut self, error: Option<String>) {
@@ -312,15 +284,10 @@ async fn children(
     mut live: Live<KopfExample>,
     stopper: Stopper,
     patch: Patch,
-    client: kube::Client,
+    children: Children<KopfExample>,
 ) -> HandlerResult {
     let parent = live.get();
-    let Some(mut want) = Desired::of(&parent) else {
-        return Err(HandlerError::permanent(
-            "the object has no name, namespace or UID",
-        ));
-    };
-    let api: Api<ConfigMap> = Api::namespaced(client, &want.namespace);
+    let mut want = Desired::of(&parent);
     let mut child = Child::resumed(&parent);
     let mut next_round = Instant::now(); // the first round at once
     loop {
@@ -330,23 +297,23 @@ async fn children(
             latest = live.changed() => {
                 // No more versions: the daemon is being stopped.
                 let Some(latest) = latest else { break };
-                match Desired::of(&latest) {
-                    // A new spec: re-apply at once.
-                    Some(latest) if latest != want => want = latest,
+                let latest = Desired::of(&latest);
+                if latest == want {
                     // Only the metadata or the status changed (e.g. our own status write).
-                    _ => continue,
+                    continue;
                 }
+                want = latest; // a new spec: re-apply at once
             }
         }
         tokio::select! {
             () = stopper.stopped() => break,
-            () = child.reconcile(&api, &want, &patch) => {}
+            () = child.reconcile(&children, &want, &patch) => {}
         }
         next_round = Instant::now() + RECHECK_EVERY;
     }
     // No `.await` after the stop flag: what was not written yet is sent after the return.
     if child.dirty {
-        child.stage(&patch, &want.name);
+        child.stage(&patch, &children.name_for(SUFFIX));
     }
     info!(reason = %stopper.reason(), restored = child.restored, "stopped owning the ConfigMap");
     Ok(())
@@ -354,7 +321,14 @@ async fn children(
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    kopf_examples::cli::run().await
+    let args = kopf_examples::cli::ExampleArgs::from_env();
+    if args.install_crd {
+        kopf_examples::cli::install_crds().await?;
+    }
+    // `Children` applies with this field manager.
+    let writes = ChildWrites::new(FIELD_MANAGER);
+    args.builder().data(writes).run().await?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -370,17 +344,13 @@ mod tests {
     }
 
     #[test]
-    fn the_child_reflects_the_spec_and_names_its_owner() {
+    fn the_child_reflects_the_spec() {
         let spec = KopfExampleSpec {
             field: Some("value".to_owned()),
             items: vec!["a".to_owned(), "b".to_owned()],
             duration: None,
         };
-        let want = Desired::of(&parent(spec)).expect("a complete parent");
-        assert_eq!(
-            (want.namespace.as_str(), want.name.as_str()),
-            ("ns", "demo-config")
-        );
+        let want = Desired::of(&parent(spec));
         assert_eq!(
             want.data,
             BTreeMap::from([
@@ -392,13 +362,9 @@ mod tests {
         assert_eq!(manifest["apiVersion"], "v1");
         assert_eq!(manifest["kind"], "ConfigMap");
         assert_eq!(
-            manifest["metadata"]["ownerReferences"],
-            json!([{
-                "apiVersion": "kopf.dev/v1", "kind": "KopfExample", "name": "demo",
-                "uid": "uid-1", "controller": true, "blockOwnerDeletion": true,
-            }])
+            manifest["metadata"],
+            json!({"labels": {MANAGED_BY.0: MANAGED_BY.1}})
         );
-        assert!(Desired::of(&KopfExample::new("no-uid", KopfExampleSpec::default())).is_none());
     }
 
     #[test]
@@ -406,20 +372,25 @@ mod tests {
         let want = Desired::of(&parent(KopfExampleSpec {
             field: Some("value".to_owned()),
             ..KopfExampleSpec::default()
-        }))
-        .expect("a complete parent");
+        }));
+        let owner = OwnerReference {
+            uid: "uid-1".to_owned(),
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+            ..OwnerReference::default()
+        };
         let mut current = want.manifest();
-        assert!(want.is_met_by(&current));
+        current.metadata.owner_references = Some(vec![owner.clone()]);
+        assert!(want.is_met_by(&current, &owner));
         if let Some(data) = current.data.as_mut() {
             data.insert("someone-else".to_owned(), "theirs".to_owned());
         }
-        assert!(want.is_met_by(&current));
+        assert!(want.is_met_by(&current, &owner));
         if let Some(data) = current.data.as_mut() {
             data.insert("field".to_owned(), "tampered".to_owned());
         }
-        assert!(!want.is_met_by(&current));
-        let mut orphaned = want.manifest();
-        orphaned.metadata.owner_references = None;
-        assert!(!want.is_met_by(&orphaned));
+        assert!(!want.is_met_by(&current, &owner));
+        let orphaned = want.manifest();
+        assert!(!want.is_met_by(&orphaned, &owner));
     }
 }

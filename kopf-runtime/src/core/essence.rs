@@ -15,7 +15,7 @@
 //!
 //!  annotations (kept: in)           Change and Diff      Idle
 //!  under the operator's prefix      out                  out
-//!  any kopf-rs bookkeeping          out                  out     (`core::keys::is_bookkeeping`)
+//!  any kopf-rs bookkeeping          out                  out     (`core::bookkeeping`)
 //!  kopf's (`kopf.zalando.org/…`)    out                  in
 //!  kubectl's last-applied copy      out                  in
 //!  any other                        in                   in
@@ -31,7 +31,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 
 use serde_json::{Map, Value};
 
-use crate::core::keys::is_bookkeeping;
+use crate::core::bookkeeping::is_bookkeeping;
 
 /// What the essence is read for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -19,16 +19,9 @@
 
 use std::borrow::Cow;
 
-use serde_json::Value;
-
+use crate::core::bookkeeping::{BASE_SUFFIX, CRON_SUFFIX, PROGRESS_SUFFIX};
 use crate::core::hash::annotation_key;
 
-/// The suffix of the diff base's annotation.
-const BASE_SUFFIX: &str = ".last-handled";
-/// The suffix of the progress annotation.
-const PROGRESS_SUFFIX: &str = ".progress";
-/// The suffix of a cron timer's record.
-const CRON_SUFFIX: &str = ".cron";
 /// The prefix of the finalizers derived from operator names (the storage name is the name).
 const DERIVED_FINALIZER: &str = "kopf.dev/";
 
@@ -101,27 +94,8 @@ pub(crate) fn legacy_cron_key(prefix: &str, id: &str) -> String {
     annotation_key(prefix, id, CRON_SUFFIX)
 }
 
-/// Whether an annotation looks like the bookkeeping of a kopf-rs operator, whatever its prefix
-/// and name: a `….progress` or `….last-handled` holding a versioned JSON object, or a `….cron`
-/// holding a time. Such annotations are never part of the essence, so that operators with other
-/// prefixes on the same kind do not see each other's bookkeeping as changes.
-#[must_use]
-pub(crate) fn is_bookkeeping(key: &str, value: &Value) -> bool {
-    let name = key.rsplit('/').next().unwrap_or(key);
-    let Some(text) = value.as_str() else {
-        return false;
-    };
-    if name.ends_with(PROGRESS_SUFFIX) || name.ends_with(BASE_SUFFIX) {
-        let text = text.trim();
-        return text.starts_with('{') && text.ends_with('}') && text.contains("\"v\":");
-    }
-    name.ends_with(CRON_SUFFIX) && text.parse::<jiff::Timestamp>().is_ok()
-}
-
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
-
     use super::*;
 
     #[test]
@@ -169,26 +143,5 @@ mod tests {
         assert_eq!(old, format!("kopf.dev/{}-{hash:016x}.cron", "a".repeat(41)));
         let long = cron_key("kopf.dev/", "kopf.dev/op", &"x".repeat(80));
         assert_eq!(long.trim_start_matches("kopf.dev/").len(), 63);
-    }
-
-    #[test]
-    fn bookkeeping_is_recognised_under_any_prefix() {
-        let base = json!(r#"{"d":"0000000000000001","v":1}"#);
-        let time = json!("2026-06-01T10:00:00Z");
-        #[rustfmt::skip]
-        let rows = [
-            ("other.example.com/op.last-handled", &base, true),
-            ("x.io/op.progress", &json!(r#"{"c":"update","h":{},"v":1}"#), true),
-            ("op.last-handled", &base, true),
-            ("x.io/op.backup.cron", &time, true),
-            // Users' own annotations that only share a suffix, or a value shape.
-            ("x.io/job.progress", &json!("50%"), false),
-            ("x.io/job.cron", &json!("0 * * * *"), false),
-            ("x.io/op.last-handled", &json!(1), false),
-            ("x.io/notes", &base, false),
-        ];
-        for (key, value, want) in rows {
-            assert_eq!(is_bookkeeping(key, value), want, "{key}");
-        }
     }
 }

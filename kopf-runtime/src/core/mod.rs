@@ -6,6 +6,7 @@
 //! see directly (`Stopper`, `HandlerError`, `ObjectRef`, `ResourceInfo`, `PatchError`, ...),
 //! which are at the crate root.
 
+pub(crate) mod bookkeeping;
 pub(crate) mod changes;
 pub(crate) mod clearance;
 pub(crate) mod clock;

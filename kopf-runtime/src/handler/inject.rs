@@ -22,7 +22,8 @@ use crate::core::stop::Stopper;
 ///
 /// The framework implements it for `Arc<K>`, [`Live<K>`], [`Stopper`], [`Patch`],
 /// `kube::Client`, [`ObjectRef`], `tracing::Span`, [`Retry`], [`Started`], [`Runtime`],
-/// [`Events`](crate::Events), [`Memo<T>`](crate::Memo) and [`Data<T>`]. Implement it for your
+/// [`Events`](crate::Events), [`Memo<T>`](crate::Memo), [`Data<T>`] and
+/// [`Children<K>`](crate::Children). Implement it for your
 /// own types to inject them too.
 ///
 /// ```

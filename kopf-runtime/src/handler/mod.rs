@@ -3,6 +3,9 @@
 //! by type, converting return values), and collects all handlers of the binary at start-up.
 
 mod change;
+mod child_error;
+mod children;
+pub(crate) mod echoes;
 mod inject;
 mod live;
 mod memo;
@@ -14,6 +17,9 @@ mod resource;
 mod typed;
 
 pub use change::{FieldChange, Old};
+pub use child_error::ChildError;
+pub use children::Children;
+pub use echoes::{ChildWrites, Echoes};
 pub use inject::{
     BlockingSafe, Data, Inject, Occurrence, Retry, Runtime, Started, assert_blocking_safe,
 };

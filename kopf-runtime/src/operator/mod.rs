@@ -7,6 +7,7 @@
 mod args;
 mod builder;
 mod cap;
+pub(crate) mod children;
 mod error;
 mod events;
 mod ha;

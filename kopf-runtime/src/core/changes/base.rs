@@ -26,6 +26,7 @@ use serde_json::{Map, Value};
 use super::ChangeHandler;
 use super::essence::{self, Observed};
 use super::format::{DecodeError, VERSION, bound, check_owner, parse};
+use super::json::{json_str_len, same};
 
 /// The largest watched value stored as is (its compact JSON, in bytes).
 pub(crate) const FIELD_CAP: usize = 16 * 1024;
@@ -59,7 +60,7 @@ impl Stored {
     #[must_use]
     pub(crate) fn matches(&self, live: &Value) -> bool {
         match self {
-            Self::Value(value) => essence::same(value, live),
+            Self::Value(value) => same(value, live),
             Self::Elided(digest) => essence::measure(live).1 == *digest,
         }
     }
@@ -171,7 +172,7 @@ impl DiffBase {
         let mut total = 2 + present.len().saturating_sub(1);
         total += present
             .iter()
-            .map(|(path, _)| essence::json_str_len(path) + 1 + ELIDED_LEN)
+            .map(|(path, _)| json_str_len(path) + 1 + ELIDED_LEN)
             .sum::<usize>();
         let mut fields = BTreeMap::new();
         for (path, value) in present {

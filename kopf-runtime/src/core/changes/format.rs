@@ -7,7 +7,7 @@
 use jiff::Timestamp;
 use serde_json::Value;
 
-use super::essence::{escaped_len, json_str_len};
+use super::json::{escaped_len, json_str_len};
 
 /// The format version this build writes and reads.
 pub(crate) const VERSION: u64 = 1;

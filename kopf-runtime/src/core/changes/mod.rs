@@ -19,6 +19,8 @@
 //! - [`keys`](crate::core::keys): the two annotations, their format, and what one step writes.
 //! - [`essence`]: what counts as a change (the change view of `core::essence`), and its stable
 //!   digest.
+//! - [`json`]: JSON string lengths (what a stored value costs) and equality across a float's
+//!   round trip, shared by the format rules.
 //! - [`base`]: the diff base (`last-handled`): the digest plus the watched fields, bounded.
 //! - [`progress`]: a change in flight (`progress`), its bounded encoding and its merge.
 //! - [`machine`]: the cause table and the per-handler transitions.
@@ -30,13 +32,14 @@ pub(crate) mod base;
 pub(crate) mod essence;
 mod field;
 pub(crate) mod format;
+mod json;
 pub(crate) mod machine;
 pub(crate) mod progress;
 pub(crate) mod write;
 
 use crate::core::location::SourceLocation;
-use essence::json_str_len;
 pub(crate) use field::FieldPath;
+use json::json_str_len;
 
 /// The four kinds of change handler, which are also the causes of a change (a change runs the
 /// handlers of its cause's kind).

@@ -29,8 +29,8 @@ use jiff::Timestamp;
 use serde_json::{Map, Value};
 
 use super::base::DiffBase;
-use super::essence::json_str_len;
 use super::format::{DecodeError, VERSION, check_owner, parse, time, truncate_message};
+use super::json::json_str_len;
 use super::{ChangeKind, Outcome};
 
 /// The most bytes of the progress annotation besides the target.

@@ -143,8 +143,8 @@ mod tests {
 
     use super::super::Outcome;
     use super::super::base::DiffBase;
-    use super::super::essence::json_str_len;
     use super::super::format::{MESSAGE_CAP, time, truncate_message};
+    use super::super::json::json_str_len;
     use super::super::machine::{ChangeRun, Step};
     use super::super::progress::{Record, State, merge};
     use super::super::tests::{body, seen, set, t};

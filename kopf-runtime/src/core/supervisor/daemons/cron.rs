@@ -25,11 +25,11 @@ use crate::core::erased::Output;
 use crate::core::keys::{cron_key, legacy_cron_key};
 use crate::core::spec::{CronSchedule, Missed};
 use crate::core::supervisor::rules::cron::Plan;
+use crate::core::supervisor::rules::exit::Exit;
 use crate::core::supervisor::rules::policy::Verdict;
 use crate::core::supervisor::rules::schedule::draw_jitter;
 use crate::core::supervisor::run::invoke::{Attempt, AttemptEnd};
 use crate::core::supervisor::run::runner::Runner;
-use crate::core::supervisor::run::state::Exit;
 use crate::core::sync::lock;
 
 /// The longest single sleep: a wall-clock jump is noticed within it.

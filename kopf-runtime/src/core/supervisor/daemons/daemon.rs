@@ -9,10 +9,10 @@
 
 use tokio::time::Instant;
 
+use crate::core::supervisor::rules::exit::Exit;
 use crate::core::supervisor::rules::policy::Verdict;
 use crate::core::supervisor::run::invoke::{Attempt, AttemptEnd};
 use crate::core::supervisor::run::runner::Runner;
-use crate::core::supervisor::run::state::Exit;
 
 /// Runs a daemon instance to its end.
 pub(crate) async fn run(runner: &mut Runner) -> Exit {

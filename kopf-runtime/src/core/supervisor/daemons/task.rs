@@ -1,11 +1,17 @@
-//! An instance's task: runs the daemon or timer loop, and reports how it ended however the
-//! task ends. Only daemons and timers run as instances ([`InstanceKind`]).
+//! An instance's task: runs the daemon, timer or cron timer loop, and reports how it ended
+//! however the task ends. Only daemons and timers run as instances ([`InstanceKind`]).
+//!
+//! ```text
+//!  spawn ──▶ daemon::run                  (a daemon)
+//!        ──▶ cron::run                    (a timer with a cron schedule)
+//!        ──▶ timer::run                   (any other timer)
+//! ```
 
-use super::{daemon, timer};
+use super::{cron, daemon, timer};
 use crate::core::spec::HandlerKind;
 use crate::core::stop::StopReason;
+use crate::core::supervisor::rules::exit::Exit;
 use crate::core::supervisor::run::runner::Runner;
-use crate::core::supervisor::run::state::Exit;
 
 /// The instance's task state: its runner, and how it ended. Dropping it (however the task
 /// ends, also when the runtime drops it) reports the end to the supervisor.
@@ -106,7 +112,12 @@ fn run_timer(runner: Runner) -> impl Future<Output = ()> + Send + 'static {
     };
     async move {
         started(&task.runner);
-        let exit = timer::run(&mut task.runner).await;
+        let exit = match task.runner.spec.schedule.cron {
+            // Boxed: its future is larger than the interval loop's, and every timer's task
+            // would be sized for it.
+            Some(schedule) => Box::pin(cron::run(&mut task.runner, schedule)).await,
+            None => timer::run(&mut task.runner).await,
+        };
         ended(&mut task, exit);
     }
 }

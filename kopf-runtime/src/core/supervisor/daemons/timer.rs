@@ -1,4 +1,5 @@
-//! The timer loop: cycles of invocations on a schedule, never overlapping.
+//! The timer loop: cycles of invocations on a schedule, never overlapping (a timer with a cron
+//! schedule runs `cron`'s loop instead; `task` picks one).
 //!
 //! ```text
 //! initial_delay --> [wait: interval (soft/sharp) | change (idle-only)] --> [idle] --> [jitter]
@@ -12,11 +13,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::core::supervisor::rules::exit::Exit;
 use crate::core::supervisor::rules::policy::Verdict;
 use crate::core::supervisor::rules::schedule::{MIN_INTERVAL, draw_jitter, next_sharp_tick};
 use crate::core::supervisor::run::invoke::{Attempt, AttemptEnd};
 use crate::core::supervisor::run::runner::Runner;
-use crate::core::supervisor::run::state::Exit;
 
 /// How a cycle ended.
 enum Cycle {
@@ -40,11 +41,6 @@ struct Position {
 
 /// Runs a timer instance to its end.
 pub(crate) async fn run(runner: &mut Runner) -> Exit {
-    if let Some(cron) = runner.spec.schedule.cron {
-        // Boxed: its future is larger than the interval loop's, and every timer's task would
-        // be sized for it.
-        return Box::pin(super::cron::run(runner, cron)).await;
-    }
     let schedule = &runner.spec.schedule;
     let one_shot = schedule.once || (schedule.interval.is_none() && schedule.idle.is_none());
     // When the schedule wants the next run to start (for its lateness; `None`: no schedule).

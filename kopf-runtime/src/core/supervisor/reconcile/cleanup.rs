@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use super::run::judge;
+use super::part::judge;
 use crate::core::erased::{Call, ErasedHandler, Invocation, MatchError, Output};
 use crate::core::object::ObjectState;
 use crate::core::outcome::HandlerError;

@@ -20,4 +20,28 @@ mod run;
 mod task;
 
 pub(crate) use part::{Triggers, holds_idle, matches_while_deleting, stop_reason, wanted};
-pub(crate) use task::spawn;
+
+use futures::future::BoxFuture;
+use tokio::sync::watch;
+
+use self::part::{Pulse, Wanted};
+use crate::core::supervisor::run::runner::Runner;
+use crate::core::supervisor::run::state::Exit;
+
+/// Starts a reconcile instance: the loop (given the object's triggers) or the cleanup.
+pub(crate) fn spawn(runner: Runner, wanted: Wanted, triggers: watch::Receiver<Pulse>) {
+    match wanted {
+        Wanted::Reconcile => task::spawn(runner, "loop", move |runner| looping(runner, triggers)),
+        Wanted::Cleanup => task::spawn(runner, "cleanup", cleaning),
+    }
+}
+
+/// The reconcile loop's future (boxed: the task is sized for the larger of the two).
+fn looping(runner: &mut Runner, triggers: watch::Receiver<Pulse>) -> BoxFuture<'_, Exit> {
+    Box::pin(run::run(runner, triggers))
+}
+
+/// The cleanup's future.
+fn cleaning(runner: &mut Runner) -> BoxFuture<'_, Exit> {
+    Box::pin(cleanup::run(runner))
+}

@@ -4,10 +4,11 @@
 
 use tokio::sync::watch;
 
+use crate::core::outcome::{ErrorKind, HandlerError};
 use crate::core::reconcile::backoff::Backoff;
 use crate::core::reconcile::kinds::Trigger;
-use crate::core::reconcile::machine::Rules;
-use crate::core::spec::{HandlerKind, HandlerSpec};
+use crate::core::reconcile::machine::{Ended, Rules};
+use crate::core::spec::{ErrorsMode, HandlerKind, HandlerSpec};
 use crate::core::stop::StopReason;
 use crate::core::supervisor::run::parts::ObjectPart;
 
@@ -150,6 +151,21 @@ pub(crate) fn rules(spec: &HandlerSpec) -> Rules {
     }
 }
 
+/// How a failure counts for the rules.
+pub(crate) fn judge(err: &HandlerError, errors: ErrorsMode) -> Ended {
+    match (err.kind(), errors) {
+        (ErrorKind::Permanent, _) => Ended::Permanent,
+        (ErrorKind::Temporary { delay }, _) => Ended::Failed { delay: Some(delay) },
+        (ErrorKind::Other | ErrorKind::Timeout, ErrorsMode::Temporary) => {
+            Ended::Failed { delay: None }
+        }
+        (ErrorKind::Other | ErrorKind::Timeout, ErrorsMode::Permanent) => Ended::Permanent,
+        (ErrorKind::Other | ErrorKind::Timeout, ErrorsMode::Ignored) => {
+            Ended::Success { requeue: None }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -206,5 +222,33 @@ mod tests {
         assert!(!a.has_changed().unwrap());
         b.changed().await.unwrap();
         assert!(!triggers.busy());
+    }
+
+    #[test]
+    fn failures_count_by_their_kind_and_the_errors_mode() {
+        use std::time::Duration;
+        let other = HandlerError::msg("boom");
+        let temporary = HandlerError::temporary("later", Duration::from_secs(7));
+        let permanent = HandlerError::permanent("never");
+        let table = [
+            (&other, ErrorsMode::Temporary, Ended::Failed { delay: None }),
+            (&other, ErrorsMode::Permanent, Ended::Permanent),
+            (
+                &other,
+                ErrorsMode::Ignored,
+                Ended::Success { requeue: None },
+            ),
+            (
+                &temporary,
+                ErrorsMode::Permanent,
+                Ended::Failed {
+                    delay: Some(Duration::from_secs(7)),
+                },
+            ),
+            (&permanent, ErrorsMode::Ignored, Ended::Permanent),
+        ];
+        for (err, mode, ended) in table {
+            assert_eq!(judge(err, mode), ended, "{err} with {mode:?}");
+        }
     }
 }

@@ -18,12 +18,11 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::part::Pulse;
+use super::part::{Pulse, judge};
 use crate::core::erased::Output;
-use crate::core::outcome::{ErrorKind, HandlerError};
+use crate::core::outcome::HandlerError;
 use crate::core::reconcile::action::Action;
 use crate::core::reconcile::machine::{Ended, Input, Machine, Rules, Step};
-use crate::core::spec::ErrorsMode;
 use crate::core::supervisor::rules::policy::Verdict;
 use crate::core::supervisor::run::invoke::{Attempt, AttemptEnd};
 use crate::core::supervisor::run::runner::Runner;
@@ -186,21 +185,6 @@ fn emit(runner: &Runner, output: Output) {
     });
 }
 
-/// How a failure counts for the rules.
-pub(crate) fn judge(err: &HandlerError, errors: ErrorsMode) -> Ended {
-    match (err.kind(), errors) {
-        (ErrorKind::Permanent, _) => Ended::Permanent,
-        (ErrorKind::Temporary { delay }, _) => Ended::Failed { delay: Some(delay) },
-        (ErrorKind::Other | ErrorKind::Timeout, ErrorsMode::Temporary) => {
-            Ended::Failed { delay: None }
-        }
-        (ErrorKind::Other | ErrorKind::Timeout, ErrorsMode::Permanent) => Ended::Permanent,
-        (ErrorKind::Other | ErrorKind::Timeout, ErrorsMode::Ignored) => {
-            Ended::Success { requeue: None }
-        }
-    }
-}
-
 /// Reports a failure (logged, a `Failure` effect) with what the rules made of it.
 fn report(runner: &Runner, machine: &Machine, err: &HandlerError, ended: Ended) {
     let verdict = match ended {
@@ -213,37 +197,4 @@ fn report(runner: &Runner, machine: &Machine, err: &HandlerError, ended: Ended) 
         },
     };
     runner.report_failure(err, verdict);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn failures_count_by_their_kind_and_the_errors_mode() {
-        use std::time::Duration;
-        let other = HandlerError::msg("boom");
-        let temporary = HandlerError::temporary("later", Duration::from_secs(7));
-        let permanent = HandlerError::permanent("never");
-        let table = [
-            (&other, ErrorsMode::Temporary, Ended::Failed { delay: None }),
-            (&other, ErrorsMode::Permanent, Ended::Permanent),
-            (
-                &other,
-                ErrorsMode::Ignored,
-                Ended::Success { requeue: None },
-            ),
-            (
-                &temporary,
-                ErrorsMode::Permanent,
-                Ended::Failed {
-                    delay: Some(Duration::from_secs(7)),
-                },
-            ),
-            (&permanent, ErrorsMode::Ignored, Ended::Permanent),
-        ];
-        for (err, mode, ended) in table {
-            assert_eq!(judge(err, mode), ended, "{err} with {mode:?}");
-        }
-    }
 }

@@ -1,10 +1,9 @@
-//! A reconcile instance's task: runs the loop or the cleanup, and reports how it ended however
-//! the task ends (as a daemon's or timer's task does).
+//! A reconcile instance's task: runs its body (the loop or the cleanup, chosen by `mod.rs`),
+//! and reports how it ended however the task ends (as a daemon's or timer's task does). A leaf
+//! of this folder.
 
-use tokio::sync::watch;
+use futures::future::BoxFuture;
 
-use super::part::{Pulse, Wanted};
-use super::{cleanup, run};
 use crate::core::stop::StopReason;
 use crate::core::supervisor::run::runner::Runner;
 use crate::core::supervisor::run::state::Exit;
@@ -30,20 +29,20 @@ impl Drop for Task {
     }
 }
 
-/// Starts a reconcile instance: the loop (given the object's triggers) or the cleanup.
-pub(crate) fn spawn(runner: Runner, wanted: Wanted, triggers: watch::Receiver<Pulse>) {
+/// Starts an instance's task running `body` on its runner.
+pub(crate) fn spawn<F>(runner: Runner, what: &'static str, body: F)
+where
+    F: for<'a> FnOnce(&'a mut Runner) -> BoxFuture<'a, Exit> + Send + 'static,
+{
     let mut task = Task {
         runner,
         exit: Exit::Dropped,
     };
     drop(tokio::spawn(async move {
         let (reference, id) = (task.runner.reference.clone(), task.runner.spec.id);
-        tracing::debug!(object = %reference, handler = id, ?wanted, "reconcile started");
-        let exit = match wanted {
-            Wanted::Reconcile => Box::pin(run::run(&mut task.runner, triggers)).await,
-            Wanted::Cleanup => Box::pin(cleanup::run(&mut task.runner)).await,
-        };
-        tracing::debug!(object = %reference, handler = id, ?exit, "reconcile ended");
+        tracing::debug!(object = %reference, handler = id, "reconcile {what} started");
+        let exit = body(&mut task.runner).await;
+        tracing::debug!(object = %reference, handler = id, ?exit, "reconcile {what} ended");
         task.ended(exit);
     }));
 }
