@@ -218,7 +218,8 @@ pub use prometheus_client;
 /// The names nearly every operator file uses: `use kopf_runtime::prelude::*;`.
 ///
 /// - the attributes [`daemon`], [`timer`], [`on_create`], [`on_update`], [`on_delete`],
-///   [`on_resume`] and [`reconcile`], with the [`Action`] a reconcile handler returns;
+///   [`on_resume`] and [`reconcile`], with the [`Action`] a reconcile handler returns and the
+///   [`Children`] it applies;
 /// - [`Operator`], to run the handlers from `main`;
 /// - the parameters most handlers take: [`Stopper`], [`Patch`], [`Live`], [`Data`],
 ///   [`Memo`], [`Retry`] and [`Events`], and the change handlers' [`FieldChange`] and [`Old`];
@@ -243,9 +244,9 @@ pub use prometheus_client;
 /// ```
 pub mod prelude {
     pub use crate::{
-        Action, Data, Events, FieldChange, HandlerError, HandlerResult, Live, Memo, Old, Operator,
-        Patch, Retry, Stopper, daemon, on_create, on_delete, on_resume, on_update, reconcile,
-        timer,
+        Action, Children, Data, Events, FieldChange, HandlerError, HandlerResult, Live, Memo, Old,
+        Operator, Patch, Retry, Stopper, daemon, on_create, on_delete, on_resume, on_update,
+        reconcile, timer,
     };
 }
 
