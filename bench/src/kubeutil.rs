@@ -11,7 +11,7 @@ use kube::api::{
 use kube::{Client, Config, ResourceExt as _};
 use serde::Deserialize as _;
 
-use crate::names::{GROUP, KIND, NAMESPACE, PLURAL, VERSION};
+use crate::names::{FIELD_VALUE, GROUP, KIND, NAMESPACE, PLURAL, VERSION};
 
 /// The benchmark's CRD (`KopfExample`), as the examples ship it.
 const CRD_YAML: &str = include_str!("../../kopf-examples/crds/kopfexample.yaml");
@@ -67,7 +67,7 @@ pub fn objects(client: Client) -> Api<DynamicObject> {
 /// Requests in flight when the harness creates or patches objects (the API server's capacity).
 pub const IN_FLIGHT: usize = 32;
 
-/// Creates the benchmark objects `names` (`spec.field: value`) in the benchmark namespace,
+/// Creates the benchmark objects `names` (`spec.field:` [`FIELD_VALUE`]) in the benchmark namespace,
 /// [`IN_FLIGHT`] at a time; one that exists already counts as created.
 ///
 /// # Errors
@@ -78,7 +78,7 @@ pub async fn create_objects(api: &Api<DynamicObject>, names: Vec<String>) -> any
     stream::iter(names)
         .map(|name| async move {
             let mut obj = DynamicObject::new(&name, ar).within(NAMESPACE);
-            obj.data = serde_json::json!({"spec": {"field": "value"}});
+            obj.data = serde_json::json!({"spec": {"field": FIELD_VALUE}});
             match api.create(&kube::api::PostParams::default(), &obj).await {
                 Ok(_) => Ok(()),
                 Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),

@@ -5,6 +5,7 @@
 //! these files; it never infers fires from logs. The Python arm writes the same format.
 #![forbid(unsafe_code)]
 
+pub mod children;
 pub mod firelog;
 pub mod kubeutil;
 pub mod names;

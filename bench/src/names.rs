@@ -12,6 +12,9 @@ pub const KIND: &str = "KopfExample";
 /// The plural of the benchmark resource.
 pub const PLURAL: &str = "kopfexamples";
 
+/// The `spec.field` of every benchmark object the harness creates.
+pub const FIELD_VALUE: &str = "value";
+
 /// The sharded group of scenario 9: its Lease `kopf-bench-shards` and one Lease per member,
 /// `kopf-bench-shards-<identity>`, in [`NAMESPACE`].
 pub const SHARD_GROUP: &str = "kopf-bench-shards";

@@ -122,20 +122,36 @@
 //!
 //! # What is where
 //!
-//! - **The crate root** has what handler authors and `main` use: the attributes [`daemon`] and
-//!   [`timer`]; the injectable parameters ([`Stopper`] with its [`StopReason`], [`Patch`] (and
-//!   [`PatchError`]), [`Live`], [`Data`], [`Memo`], [`Events`], [`ObjectRef`], [`Retry`],
-//!   [`Started`], [`Runtime`], a cron timer's [`Occurrence`]) and [`Inject`] / [`BlockingSafe`] to make your own types
-//!   injectable; return values and errors ([`HandlerResult`], [`HandlerError`], [`ErrorKind`]);
-//!   resources ([`StaticResource`], [`ResourceInfo`], [`SchemalessStatus`]); the handler set
-//!   ([`Registry`]); and running the operator ([`Operator`], [`OperatorBuilder`],
-//!   [`OperatorError`], [`init_logging`], [`Operator::stats`]).
+//! The crate root has what handler authors and `main` use; everything else is in a module.
+//!
+//! - **Attributes**: [`daemon`], [`timer`], the change handlers [`on_create`],
+//!   [`on_update`], [`on_delete`] and [`on_resume`], and [`reconcile`].
+//! - **Injectable parameters**: [`Stopper`] with its [`StopReason`]; [`Patch`] (its writes fail
+//!   with a [`PatchError`]); [`Live`], [`Data`], [`Memo`], [`Events`] (failing with an
+//!   [`EventError`]), [`ObjectRef`], [`Retry`], [`Started`], [`Runtime`], a cron timer's
+//!   [`Occurrence`]; a change handler's [`Old`] object, [`FieldChange`]s and [`Diff`] (of
+//!   [`DiffItem`]s, each with a [`DiffOp`]); [`Children`], which applies an object's owned
+//!   children (failing with a [`ChildError`]). [`Inject`] and [`BlockingSafe`] make your own
+//!   types injectable.
+//! - **Results and errors**: [`HandlerResult`], [`HandlerError`] with its [`ErrorKind`], and
+//!   [`BoxError`], the cause it boxes; [`Action`], what a reconcile handler asks for next.
+//! - **Resources**: [`StaticResource`] (with its [`ScopeKind`]), [`ResourceInfo`], and
+//!   [`SchemalessStatus`] for a custom resource's status.
+//! - **The handler set**: [`Registry`], and [`RegistryError`] when it cannot be used.
+//! - **Running the operator**: [`Operator`], [`OperatorBuilder`] and [`OperatorError`]; with
+//!   the `cli` feature [`OperatorArgs`], with `logging` [`init_logging`], [`LogFormat`] and
+//!   [`LoggingError`]; [`prometheus_client`], for your own metrics on `/metrics`.
 //! - **[`prelude`]**: the names nearly every operator file uses, for
 //!   `use kopf_runtime::prelude::*;`.
+//! - **[`ha`]**: several replicas — leader election and sharding settings, what a replica
+//!   reports of them, the hash ranges, the error of a write a standby refuses.
+//! - **[`stats`]**: the snapshots [`Operator::stats`] returns.
 //! - **[`engine`]**: the Kubernetes-free engine underneath — handler specs, the type-erased
-//!   handler interface, and the [`Supervisor`](engine::Supervisor) that runs daemons and timers.
+//!   handler interface, and the [`Supervisor`](engine::Supervisor) that runs every handler.
 //!   For driving the supervisor without Kubernetes, writing a handler without the attributes,
 //!   or testing filters against JSON objects.
+//! - **`testing`** (the `testing` feature): handlers run on simulated objects, and a live
+//!   operator in a test.
 //!
 //! # Guides
 //!
@@ -175,9 +191,10 @@
 
 mod core;
 pub mod engine;
+pub mod ha;
 mod handler;
 mod operator;
-mod status;
+pub mod stats;
 #[cfg(feature = "testing")]
 pub mod testing;
 
@@ -190,19 +207,14 @@ pub use crate::core::sink::PatchError;
 pub use crate::core::stop::{StopReason, Stopper};
 pub use crate::handler::{
     BlockingSafe, Data, FieldChange, Inject, Live, Memo, Occurrence, Old, Patch, Registry,
-    RegistryError, Retry, Runtime, ScopeKind, Started, StaticResource,
+    RegistryError, Retry, Runtime, SchemalessStatus, ScopeKind, Started, StaticResource,
 };
 pub use crate::handler::{ChildError, Children};
-pub use crate::operator::{
-    EventError, Events, Fenced, KindStats, LeaderElection, Leadership, Membership, Operator,
-    OperatorBuilder, OperatorError, OperatorStats, RequestStats, Role, SHARD_RANGES, ShardWatch,
-    Sharding, WatchPhase, shard_of,
-};
 #[cfg(feature = "cli")]
-pub use crate::operator::{LeaseRef, OperatorArgs};
+pub use crate::operator::OperatorArgs;
+pub use crate::operator::{EventError, Events, Operator, OperatorBuilder, OperatorError};
 #[cfg(feature = "logging")]
 pub use crate::operator::{LogFormat, LoggingError, init_logging};
-pub use crate::status::SchemalessStatus;
 pub use kopf_macros::{daemon, on_create, on_delete, on_resume, on_update, reconcile, timer};
 /// The official Prometheus client, whose registry the operator's `/metrics` serves: register
 /// your own metrics into a [`Registry`](prometheus_client::registry::Registry) and give it to
@@ -227,7 +239,7 @@ pub use prometheus_client;
 ///
 /// Everything else is imported by name from the crate root (e.g. [`ObjectRef`], [`StopReason`],
 /// [`Registry`], and [`Started`] and [`Runtime`], whose names are too common to import with a
-/// glob), or from [`engine`].
+/// glob), or from its modules ([`ha`], [`stats`], [`engine`]).
 ///
 /// ```
 /// use std::sync::Arc;
@@ -271,3 +283,6 @@ pub mod __private {
         };
     }
 }
+
+#[cfg(test)]
+mod front_page_tests;

@@ -7,7 +7,8 @@ mod operator_common;
 use std::sync::Arc;
 
 use kopf_examples::crd::KopfExample;
-use kopf_runtime::{Data, HandlerError, Operator, Role, Stopper, on_create};
+use kopf_runtime::ha::Role;
+use kopf_runtime::{Data, HandlerError, Operator, Stopper, on_create};
 use kopf_tests::{TestNamespace, wait_until};
 use operator_common::*;
 

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kopf_examples::crd::KopfExample;
-use kopf_runtime::{Data, LeaderElection, Operator, Role, Stopper, daemon};
+use kopf_runtime::ha::{LeaderElection, Role};
+use kopf_runtime::{Data, Operator, Stopper, daemon};
 use kopf_tests::proxy::{Fault, FaultProxy, Match, Rule};
 use kopf_tests::{TestNamespace, test_config, wait_until};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
@@ -41,7 +42,7 @@ async fn election_daemon(
         .await
     {
         Ok(_) => "written".to_owned(),
-        Err(kube::Error::Service(e)) if e.downcast_ref::<kopf_runtime::Fenced>().is_some() => {
+        Err(kube::Error::Service(e)) if e.downcast_ref::<kopf_runtime::ha::Fenced>().is_some() => {
             "fenced".to_owned()
         }
         Err(err) => format!("failed: {err}"),

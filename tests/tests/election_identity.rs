@@ -14,7 +14,8 @@ use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{Role as RbacRole, RoleBinding};
 use kopf_examples::crd::KopfExample;
-use kopf_runtime::{Data, LeaderElection, Operator, Role, ShardWatch, Sharding, Stopper, daemon};
+use kopf_runtime::ha::{LeaderElection, Role, ShardWatch, Sharding};
+use kopf_runtime::{Data, Operator, Stopper, daemon};
 use kopf_tests::{TestNamespace, wait_until};
 use kube::api::{Api, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -117,7 +118,7 @@ async fn scrape(op: &Operator, path: &str) -> String {
 }
 
 /// Every shard range.
-const ALL: usize = kopf_runtime::SHARD_RANGES as usize;
+const ALL: usize = kopf_runtime::ha::SHARD_RANGES as usize;
 
 /// How long the twins are watched: several lease durations, so that a second leader would have
 /// had every chance to take over or renew.

@@ -246,7 +246,7 @@ async fn an_object_nested_too_deep_is_skipped_and_every_other_object_is_served()
     log.wait_started("good-early", DAEMON, 1).await;
     log.wait_started("turns-deep", DAEMON, 1).await;
     wait_until("the kind to be listed and watched", PROMPTLY, || async {
-        op.stats().kinds[0].phase == kopf_runtime::WatchPhase::Watching
+        op.stats().kinds[0].phase == kopf_runtime::stats::WatchPhase::Watching
     })
     .await;
 

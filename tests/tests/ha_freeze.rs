@@ -36,7 +36,8 @@ use std::time::Duration;
 use faults_common::*;
 use ha_cluster::*;
 use kopf_examples::crd::KopfExample;
-use kopf_runtime::{LeaderElection, Registry, Sharding, Stopper, daemon};
+use kopf_runtime::ha::{LeaderElection, Sharding};
+use kopf_runtime::{Registry, Stopper, daemon};
 use process_common::{Entry, append_line, read_log, run_child, run_tests};
 
 const DAEMON: &str = "ha-loop";

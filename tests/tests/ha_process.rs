@@ -21,7 +21,8 @@ use std::time::Duration;
 use faults_common::*;
 use ha_cluster::*;
 use kopf_examples::crd::KopfExample;
-use kopf_runtime::{LeaderElection, Occurrence, Registry, Stopper, daemon, timer};
+use kopf_runtime::ha::LeaderElection;
+use kopf_runtime::{Occurrence, Registry, Stopper, daemon, timer};
 use kube::ResourceExt as _;
 use process_common::{Entry, append_line, run_child, run_tests};
 

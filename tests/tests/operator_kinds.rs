@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kopf_examples::crd::{KopfCluster, KopfClusterSpec, KopfExample};
-use kopf_runtime::{Data, Stopper, WatchPhase, daemon, timer};
+use kopf_runtime::stats::WatchPhase;
+use kopf_runtime::{Data, Stopper, daemon, timer};
 use kopf_tests::proxy::{Fault, FaultProxy, Match, Rule};
 use kopf_tests::{install_crd, is_not_found, test_config, wait_until};
 use kube::api::{Api, DeleteParams, PostParams};

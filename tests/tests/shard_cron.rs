@@ -19,7 +19,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kopf_examples::crd::KopfExample;
-use kopf_runtime::{Data, Occurrence, Operator, ShardWatch, Sharding, shard_of, timer};
+use kopf_runtime::ha::{ShardWatch, Sharding, shard_of};
+use kopf_runtime::{Data, Occurrence, Operator, timer};
 use kopf_tests::proxy::{Fault, FaultProxy, Match, Rule};
 use kopf_tests::{TestNamespace, test_config, wait_until};
 use operator_common::*;

@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kopf_runtime::{Data, Operator, ShardWatch, Sharding, Stopper, daemon, shard_of};
+use kopf_runtime::ha::{ShardWatch, Sharding, shard_of};
+use kopf_runtime::{Data, Operator, Stopper, daemon};
 use kopf_tests::{TestNamespace, install_crd, test_client, wait_until};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::{CustomResource, CustomResourceExt as _};

@@ -11,9 +11,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kopf_examples::crd::KopfExample;
-use kopf_runtime::{
-    Data, LeaderElection, Operator, OperatorError, ShardWatch, Sharding, Stopper, daemon, shard_of,
-};
+use kopf_runtime::ha::{LeaderElection, ShardWatch, Sharding, shard_of};
+use kopf_runtime::{Data, Operator, OperatorError, Stopper, daemon};
 use kopf_tests::{TestNamespace, wait_until};
 use kube::api::Api;
 use operator_common::*;

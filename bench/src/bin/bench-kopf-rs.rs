@@ -17,9 +17,8 @@ use kopf_bench::firelog::unix_nanos;
 use kopf_bench::names::{NAMESPACE, SHARD_GROUP};
 use kopf_bench::{FireLog, Tag};
 use kopf_examples::crd::KopfExample;
-use kopf_runtime::{
-    HandlerResult, LeaderElection, LogFormat, Operator, Registry, Sharding, Stopper, daemon, timer,
-};
+use kopf_runtime::ha::{LeaderElection, Sharding};
+use kopf_runtime::{HandlerResult, LogFormat, Operator, Registry, Stopper, daemon, timer};
 use kube::ResourceExt as _;
 use serde_json::{Value, json};
 

@@ -14,6 +14,7 @@ mod prepared;
 mod reconcile;
 mod registry;
 mod resource;
+mod status;
 mod typed;
 
 pub use change::{FieldChange, Old};
@@ -30,4 +31,5 @@ pub use prepared::{ChangeHandlerKind, DaemonKind, HandlerReturn, PreparedCall, T
 pub use reconcile::{CleanupFn, ReconcileReturn, kind_ref, map_related, start_cleanup};
 pub use registry::{Registration, Registry, RegistryError};
 pub use resource::{ScopeKind, StaticResource};
+pub use status::SchemalessStatus;
 pub use typed::{TypedHandler, erase};

@@ -78,6 +78,7 @@ impl fmt::Debug for Registration {
 
 /// Why a set of handlers cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum RegistryError {
     /// Two handlers have the same id (ids key the running instances and `status` results).
     #[error(

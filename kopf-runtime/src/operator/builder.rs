@@ -1,6 +1,8 @@
 //! The by-value builder of an [`Operator`](crate::Operator): setters only, collecting its
 //! `Options`. Starting the operator from them is in `start.rs`; the command line's options are
-//! merged in `args.rs`.
+//! merged in `args.rs`; the setters of leader election and sharding are in `builder/replicas.rs`.
+
+mod replicas;
 
 use std::any::Any;
 use std::sync::Arc;
@@ -14,8 +16,6 @@ use super::options::Options;
 use crate::core::erased::ErasedHandler;
 use crate::core::resource::ResourceInfo;
 use crate::handler::Registry;
-use crate::operator::ha::election::LeaderElection;
-use crate::operator::ha::sharding::Sharding;
 
 /// Configures an [`Operator`](super::Operator): where to connect, what to watch, which handlers
 /// to run, and the limits. Every method takes and returns the builder by value.
@@ -462,25 +462,6 @@ impl OperatorBuilder {
         self
     }
 
-    /// Runs as one of several replicas, of which the one holding the Lease leads: it runs the
-    /// handlers and writes; the others watch (their caches stay warm), run nothing and write
-    /// nothing, and take over when the leader stops renewing. The leader pauses every handler
-    /// the moment its lease lapses on its own clock, and its client refuses every write from
-    /// then on ([`Fenced`](crate::Fenced)). On a graceful exit it stops its handlers first and
-    /// then releases the Lease. Needs a client the operator builds itself (not
-    /// [`client`](Self::client)). See `docs/high-availability.md`.
-    ///
-    /// ```
-    /// use kopf_runtime::LeaderElection;
-    /// let builder = kopf_runtime::Operator::builder()
-    ///     .leader_election(LeaderElection::new("my-operator", "operators"));
-    /// # drop(builder);
-    /// ```
-    pub fn leader_election(mut self, election: LeaderElection) -> Self {
-        self.options.leader_election = Some(election);
-        self
-    }
-
     /// Applies the options of the command line ([`OperatorArgs`](crate::OperatorArgs)):
     /// namespaces, label selector, probe address, metrics on or off, log format and level,
     /// request limits, shutdown timeout, and leader election or sharding. Options not given keep their values.
@@ -495,26 +476,6 @@ impl OperatorBuilder {
     #[cfg(feature = "cli")]
     pub fn args(mut self, args: &crate::OperatorArgs) -> Self {
         args.apply(&mut self.options);
-        self
-    }
-
-    /// Runs as one member of a sharded group: the objects of every served kind are spread over
-    /// the group's live members by the hash of their UID, and each member runs the handlers of
-    /// its share only. A share moves to another member only after its holder stopped every
-    /// handler in it (or its Lease expired), so no daemon ever runs twice; finalizers, results
-    /// and Events are written by the holder only. With an API server that supports
-    /// `shardSelector`, each member watches only its share. Not combined with
-    /// [`leader_election`](Self::leader_election); needs a client the operator builds itself.
-    /// See `docs/high-availability.md`.
-    ///
-    /// ```
-    /// use kopf_runtime::Sharding;
-    /// let builder = kopf_runtime::Operator::builder()
-    ///     .sharding(Sharding::new("my-operator", "operators"));
-    /// # drop(builder);
-    /// ```
-    pub fn sharding(mut self, sharding: Sharding) -> Self {
-        self.options.sharding = Some(sharding);
         self
     }
 

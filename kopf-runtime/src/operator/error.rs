@@ -12,6 +12,7 @@ use std::net::SocketAddr;
 /// # }
 /// ```
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum OperatorError {
     /// No kubeconfig and no in-cluster configuration could be found or used.
     #[error("cannot find the Kubernetes client configuration (kubeconfig or in-cluster)")]

@@ -9,24 +9,19 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::health::{Health, KindHealth, WatchPhase};
-use super::kind::queue::Queues;
+use super::kind::common::KindCommon;
 use super::limits::{RateLimiter, RequestStats};
-use super::write::finalizer::Finalizers;
-use super::write::records::Records;
 use crate::core::resource::ResourceInfo;
-use crate::core::supervisor::{ShutdownCounts, Stats, Supervisor};
+use crate::core::supervisor::{ShutdownCounts, Stats};
 use crate::operator::ha::report::Leadership;
 use crate::operator::ha::report::Membership;
 use crate::operator::replicas::Replicas;
 
-/// What the handle controls of one resource kind.
+/// What the handle controls of one resource kind: the parts it shares with the kind's state,
+/// and the kind's health.
 #[derive(Debug)]
 pub(crate) struct KindHandle {
-    pub(crate) info: ResourceInfo,
-    pub(crate) supervisor: Supervisor,
-    pub(crate) records: Arc<Records>,
-    pub(crate) finalizers: Arc<Finalizers>,
-    pub(crate) queues: Arc<Queues>,
+    pub(crate) common: Arc<KindCommon>,
     pub(crate) health: Arc<KindHealth>,
 }
 
@@ -209,10 +204,10 @@ impl Operator {
                 .kinds
                 .iter()
                 .map(|kind| KindStats {
-                    resource: kind.info.clone(),
+                    resource: kind.common.info.clone(),
                     phase: kind.health.phase(),
-                    objects: kind.records.len(),
-                    supervisor: kind.supervisor.stats(),
+                    objects: kind.common.records.len(),
+                    supervisor: kind.common.supervisor.stats(),
                 })
                 .collect(),
         }
@@ -240,7 +235,7 @@ impl Operator {
         let supervisors = self
             .kinds
             .iter()
-            .map(|kind| kind.supervisor.shutdown_counts());
+            .map(|kind| kind.common.supervisor.shutdown_counts());
         let counts = futures::future::join_all(supervisors);
         let mut clean = match tokio::time::timeout_at(deadline, counts).await {
             Ok(counts) => {
@@ -260,8 +255,8 @@ impl Operator {
         };
         // Let pending writes of final results finish, within the deadline.
         for kind in &self.kinds {
-            if !kind.queues.drain(deadline).await {
-                warn!(resource = %kind.info, "pending writes did not finish within the shutdown timeout");
+            if !kind.common.queues.drain(deadline).await {
+                warn!(resource = %kind.common.info, "pending writes did not finish within the shutdown timeout");
                 clean = false;
             }
         }
@@ -289,7 +284,7 @@ impl Operator {
         // A standby no longer takes the Lease, a member no longer claims; both keep renewing.
         self.replicas.retire();
         for kind in &self.kinds {
-            kind.finalizers.freeze();
+            kind.common.finalizers.freeze();
             kind.health.set_phase(WatchPhase::Stopped);
         }
         for watch in std::mem::take(&mut self.watches) {
@@ -334,11 +329,17 @@ impl Operator {
             return;
         }
         loop {
-            let progress: Vec<_> = self.kinds.iter().map(|k| k.queues.progress()).collect();
+            let progress: Vec<_> = self
+                .kinds
+                .iter()
+                .map(|k| k.common.queues.progress())
+                .collect();
             let mut progress = std::pin::pin!(futures::future::select_all(progress));
             // Registered before the check: progress made meanwhile wakes the wait at once.
             let _ = futures::poll!(progress.as_mut());
-            if self.health.ready().is_ok() && self.kinds.iter().all(|k| k.finalizers.settled()) {
+            if self.health.ready().is_ok()
+                && self.kinds.iter().all(|k| k.common.finalizers.settled())
+            {
                 return;
             }
             // The initial list's end is not notified: look again at least every 100 ms.
@@ -365,7 +366,11 @@ impl Drop for Operator {
         self.stop_watching();
         self.election_stop.cancel(); // the Lease expires; the fence closes on time
         self.probe_stop.cancel();
-        let supervisors: Vec<_> = self.kinds.iter().map(|k| k.supervisor.clone()).collect();
+        let supervisors: Vec<_> = self
+            .kinds
+            .iter()
+            .map(|k| k.common.supervisor.clone())
+            .collect();
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
                 futures::future::join_all(supervisors.iter().map(|s| s.shutdown_counts())).await;

@@ -19,7 +19,7 @@ use tower::{Layer, Service};
 /// Counts of the requests the operator's client has sent.
 ///
 /// ```
-/// let stats = kopf_runtime::RequestStats::default();
+/// let stats = kopf_runtime::stats::RequestStats::default();
 /// assert_eq!(stats.total, 0);
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -25,6 +25,7 @@ pub enum LogFormat {
 /// assert_eq!(err.to_string(), "a global tracing subscriber is already installed");
 /// ```
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum LoggingError {
     /// `RUST_LOG` is not a valid filter.
     #[error("RUST_LOG is not a valid filter")]

@@ -272,11 +272,7 @@ fn launch(
         let (state, watch) = kind::launch(shared, info, handlers, health.clone());
         states.push(state.clone());
         kinds.push(KindHandle {
-            info: state.info.clone(),
-            supervisor: state.supervisor.clone(),
-            records: state.records.clone(),
-            finalizers: state.finalizers.clone(),
-            queues: state.queues.clone(),
+            common: state.common.clone(),
             health,
         });
         watches.push(watch);
@@ -340,10 +336,10 @@ fn attach_metrics(
 ) {
     let Some(metrics) = metrics else { return };
     let probe = |k: &KindHandle| {
-        let (records, health) = (k.records.clone(), k.health.clone());
+        let (records, health) = (k.common.records.clone(), k.health.clone());
         KindProbe::new(
-            &k.info,
-            &k.supervisor,
+            &k.common.info,
+            &k.common.supervisor,
             records,
             health,
             shared.finalizer.clone(),

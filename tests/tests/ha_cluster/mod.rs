@@ -51,7 +51,7 @@ pub async fn last_write(client: kube::Client, obj: &KopfExample) -> &'static str
         .await
     {
         Ok(_) => "written",
-        Err(kube::Error::Service(e)) if e.downcast_ref::<kopf_runtime::Fenced>().is_some() => {
+        Err(kube::Error::Service(e)) if e.downcast_ref::<kopf_runtime::ha::Fenced>().is_some() => {
             "fenced"
         }
         Err(_) => "failed",
@@ -76,7 +76,7 @@ pub async fn child_builder(
 /// every 200 ms, then shuts it down.
 pub async fn serve_until_sigterm(
     builder: kopf_runtime::OperatorBuilder,
-    line: fn(&kopf_runtime::OperatorStats) -> String,
+    line: fn(&kopf_runtime::stats::OperatorStats) -> String,
 ) -> anyhow::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut terminate = signal(SignalKind::terminate())?;
@@ -218,7 +218,7 @@ pub struct Counts {
 
 impl Counts {
     /// The line a child writes for `stats`.
-    pub fn line(stats: &kopf_runtime::OperatorStats) -> String {
+    pub fn line(stats: &kopf_runtime::stats::OperatorStats) -> String {
         let mut counts = Self::default();
         for kind in &stats.kinds {
             let s = &kind.supervisor;

@@ -6,7 +6,8 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use kopf_examples::crd::{KopfExample, KopfExampleSpec};
-use kopf_runtime::{LeaderElection, Operator, OperatorBuilder, Registry};
+use kopf_runtime::ha::LeaderElection;
+use kopf_runtime::{Operator, OperatorBuilder, Registry};
 use kopf_tests::{
     TestNamespace, install_crd, is_not_found, test_client, test_config, try_wait_for, wait_until,
 };

@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use kopf_examples::crd::KopfExample;
-use kopf_runtime::shard_of;
+use kopf_runtime::ha::shard_of;
 use kopf_tests::proxy::{Fault, Match, Rule};
 use kube::ResourceExt as _;
 

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use kopf_runtime::SHARD_RANGES;
+use kopf_runtime::ha::SHARD_RANGES;
 
 use super::Obj;
 use crate::process_common::Entry;

@@ -27,15 +27,19 @@ pub(crate) enum Arm {
     /// The raw kube-rs watch + store, doing nothing else (`bench-kube-store`): the memory
     /// reference of scenarios 1 and 2.
     KubeStore,
+    /// A kube-rs `Controller` with `.owns(..)` (`bench-kube-controller`): the reference of
+    /// scenario 10.
+    KubeController,
 }
 
 impl Arm {
-    pub(crate) const ALL: [Self; 5] = [
+    pub(crate) const ALL: [Self; 6] = [
         Self::KopfRs,
         Self::KopfPy,
         Self::Tokio,
         Self::KubeLoop,
         Self::KubeStore,
+        Self::KubeController,
     ];
 
     pub(crate) fn as_str(self) -> &'static str {
@@ -45,13 +49,14 @@ impl Arm {
             Self::Tokio => "tokio",
             Self::KubeLoop => "kube-loop",
             Self::KubeStore => "kube-store",
+            Self::KubeController => "kube-controller",
         }
     }
 
-    /// Whether the arm records fires. One that does not (`kube-store`) prints
-    /// [`SYNCED`] on stdout once it holds every object instead.
+    /// Whether the arm records fires. `kube-store` prints [`SYNCED`] on stdout once it holds
+    /// every object instead; `kube-controller` (scenario 10) is observed through its children.
     pub(crate) fn records_fires(self) -> bool {
-        self != Self::KubeStore
+        !matches!(self, Self::KubeStore | Self::KubeController)
     }
 
     pub(crate) fn parse(s: &str) -> anyhow::Result<Self> {
@@ -72,6 +77,8 @@ pub(crate) enum Mode {
     DaemonsHa,
     /// Daemons, as one member of a sharded group (kopf-rs only; identity in `BENCH_IDENTITY`).
     DaemonsShard,
+    /// A reconcile handler owning three children per parent (scenario 10).
+    Children,
 }
 
 impl Mode {
@@ -82,6 +89,7 @@ impl Mode {
             Self::TimersWrite => "timers-write",
             Self::DaemonsHa => "daemons-ha",
             Self::DaemonsShard => "daemons-shard",
+            Self::Children => "children",
         }
     }
 }
@@ -160,6 +168,7 @@ impl Programs {
                 c.arg(n.to_string());
                 c
             }
+            Arm::KubeController => self.rust("bench-kube-controller")?,
         })
     }
 

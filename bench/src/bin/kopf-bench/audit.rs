@@ -2,7 +2,7 @@
 //! request, see `bench/audit-policy.yaml`). The harness's own requests carry its user agent and
 //! are left out, and so are the API server's internal ones.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::io::{BufRead as _, BufReader, Seek as _, SeekFrom};
 use std::path::PathBuf;
@@ -24,6 +24,15 @@ pub(crate) struct Counts {
     pub(crate) by_verb: BTreeMap<String, u64>,
 }
 
+impl Counts {
+    /// The total as a metric value.
+    pub(crate) fn total_f(&self) -> f64 {
+        #[allow(clippy::cast_precision_loss)]
+        let t = self.total as f64;
+        t
+    }
+}
+
 impl AuditLog {
     pub(crate) fn from_env() -> Option<Self> {
         std::env::var_os("BENCH_AUDIT_LOG").map(|p| Self {
@@ -36,12 +45,17 @@ impl AuditLog {
         std::fs::metadata(&self.path).map_or(0, |m| m.len())
     }
 
-    /// Counts the operator's requests between two marks.
-    pub(crate) fn count(&self, from: u64, to: u64) -> std::io::Result<Counts> {
+    /// Calls `f` with every request of the operator (not the harness's, not the API server's
+    /// own) between two marks.
+    fn for_each_request(
+        &self,
+        from: u64,
+        to: u64,
+        mut f: impl FnMut(&serde_json::Value),
+    ) -> std::io::Result<()> {
         let mut file = File::open(&self.path)?;
         file.seek(SeekFrom::Start(from))?;
         let mut reader = BufReader::new(file);
-        let mut counts = Counts::default();
         let mut pos = from;
         let mut line = String::new();
         while pos < to {
@@ -62,11 +76,33 @@ impl AuditLog {
             if agent.starts_with(HARNESS_USER_AGENT) || user.starts_with("system:") {
                 continue;
             }
+            f(&event);
+        }
+        Ok(())
+    }
+
+    /// Counts the operator's requests between two marks.
+    pub(crate) fn count(&self, from: u64, to: u64) -> std::io::Result<Counts> {
+        let mut counts = Counts::default();
+        self.for_each_request(from, to, |event| {
             counts.total += 1;
             let verb = event["verb"].as_str().unwrap_or("?").to_owned();
             *counts.by_verb.entry(verb).or_default() += 1;
-        }
+        })?;
         Ok(counts)
+    }
+
+    /// The resources (plural names) the operator opened a watch on between two marks.
+    pub(crate) fn watched(&self, from: u64, to: u64) -> std::io::Result<BTreeSet<String>> {
+        let mut out = BTreeSet::new();
+        self.for_each_request(from, to, |event| {
+            if event["verb"] == "watch"
+                && let Some(resource) = event["objectRef"]["resource"].as_str()
+            {
+                out.insert(resource.to_owned());
+            }
+        })?;
+        Ok(out)
     }
 }
 

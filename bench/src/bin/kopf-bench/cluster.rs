@@ -33,6 +33,20 @@ impl Cluster {
         })
     }
 
+    /// The harness's client (its requests carry the harness user agent).
+    pub(crate) fn client(&self) -> Client {
+        self.client.clone()
+    }
+
+    /// The UID of every benchmark object, by name.
+    pub(crate) async fn uids(&self) -> anyhow::Result<HashMap<String, String>> {
+        let list = self.api.list_metadata(&ListParams::default()).await?;
+        Ok(list
+            .into_iter()
+            .filter_map(|o| Some((o.name_any(), o.uid()?)))
+            .collect())
+    }
+
     /// Applies the CRD and the namespace and waits until the resource is served.
     pub(crate) async fn setup(&self) -> anyhow::Result<()> {
         kubeutil::apply_crd_and_namespace(&self.client, NAMESPACE).await
@@ -146,7 +160,7 @@ impl Cluster {
         let mut out = vec![None; n];
         for obj in list {
             if let Some(slot) = object_index(&obj.name_any()).and_then(|i| out.get_mut(i)) {
-                *slot = obj.uid().map(|uid| kopf_runtime::shard_of(&uid));
+                *slot = obj.uid().map(|uid| kopf_runtime::ha::shard_of(&uid));
             }
         }
         out.into_iter()

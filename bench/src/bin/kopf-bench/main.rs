@@ -2,8 +2,8 @@
 //!
 //! ```text
 //! kopf-bench run [--scenarios timers,startup,...] [--n 100,1000] [--pairs 3] [--window 30]
-//!                [--arms kopf-rs,kopf-py,tokio,kube-loop,kube-store] [--out DIR] [--fresh] [--strict]
-//!                [--inproc-n 100k,1M] [--inproc-interval 1]
+//!                [--arms kopf-rs,kopf-py,tokio,kube-loop,kube-store,kube-controller] [--out DIR] [--fresh] [--strict]
+//!                [--inproc-n 100k,1M] [--inproc-interval 1] [--edits 200]
 //! kopf-bench report DIR
 //! ```
 //!
@@ -12,6 +12,8 @@
 
 mod arms;
 mod audit;
+mod children;
+mod childwatch;
 mod cluster;
 mod fires;
 mod handover;
@@ -44,6 +46,8 @@ struct RunArgs {
     inproc_interval_s: f64,
     pairs: usize,
     window: Duration,
+    /// Scenario 10's child edits.
+    edits: usize,
     arms: Option<Vec<Arm>>,
     out: PathBuf,
     fresh: bool,
@@ -81,6 +85,7 @@ fn parse_run(args: &[String]) -> anyhow::Result<RunArgs> {
         inproc_interval_s: inproc::DEFAULT_INTERVAL_S,
         pairs: 3,
         window: Duration::from_secs(30),
+        edits: children::DEFAULT_EDITS,
         arms: None,
         out: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("results/latest"),
         fresh: false,
@@ -105,6 +110,7 @@ fn parse_run(args: &[String]) -> anyhow::Result<RunArgs> {
             "--inproc-interval" => r.inproc_interval_s = inproc::parse_interval(value()?)?,
             "--pairs" => r.pairs = value()?.parse()?,
             "--window" => r.window = Duration::from_secs_f64(value()?.parse()?),
+            "--edits" => r.edits = value()?.parse().context("--edits needs a count")?,
             "--arms" => r.arms = Some(list(value()?, Arm::parse)?),
             "--out" => r.out = PathBuf::from(value()?),
             "--fresh" => r.fresh = true,
@@ -170,6 +176,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             programs: programs.clone(),
             audit,
             window: args.window,
+            edits: args.edits,
         };
         for &scenario in &args.scenarios {
             for &n in &args.ns {
@@ -227,6 +234,11 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             .remove_all()
             .await
             .context("removing the benchmark objects")?;
+        if args.scenarios.contains(&Scenario::Children) {
+            childwatch::remove_children(&ctx.cluster.client())
+                .await
+                .context("removing the children of scenario 10")?;
+        }
     }
     let timing = (args.inproc_interval_s, args.window);
     for &kind in &args.inproc {

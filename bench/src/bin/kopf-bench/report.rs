@@ -58,6 +58,37 @@ const SHARDS: &[(&str, &str)] = &[
     ("server_side", "shardSelector watches (1 = every member)"),
 ];
 
+/// The rows of scenario 10.
+const CHILDREN: &[(&str, &str)] = &[
+    ("create_s", "the harness creating the parents (s)"),
+    (
+        "converge_s",
+        "converge after the parents' creation began (s)",
+    ),
+    (
+        "converge_after_create_s",
+        "… of which after the last parent was created (s)",
+    ),
+    ("parents_per_s", "parents/s"),
+    ("requests_converge", "API requests per converge"),
+    (
+        "requests_converge_per_parent",
+        "API requests per converge, per parent",
+    ),
+    ("requests_converge_patch", "… of which patches"),
+    ("cores", "CPU at rest (cores)"),
+    ("rss_mb", "RSS at rest (MB)"),
+    ("peak_rss_mb", "peak RSS (MB)"),
+    ("requests_at_rest", "API requests at rest"),
+    ("writes_at_rest", "API writes at rest"),
+    ("restore_p50_ms", "child edit → restored, p50 (ms)"),
+    ("restore_p99_ms", "child edit → restored, p99 (ms)"),
+    ("restore_max_ms", "child edit → restored, max (ms)"),
+    ("edits_restored", "edits restored"),
+    ("edits", "edits"),
+    ("requests_per_edit", "API requests per edit"),
+];
+
 /// The metrics shown for each scenario (scenario 7 at any interval), with their labels.
 fn shown(scenario: &str) -> &'static [(&'static str, &'static str)] {
     match parse_label(scenario).map_or(scenario, |(kind, _)| kind.as_str()) {
@@ -100,6 +131,7 @@ fn shown(scenario: &str) -> &'static [(&'static str, &'static str)] {
             ("exit_code", "exit code of the SIGTERMed leader"),
         ],
         "shards" => SHARDS,
+        "children" => CHILDREN,
         "shutdown" => &[
             ("shutdown_s", "exit after SIGTERM (s)"),
             ("daemons_stopped", "daemons that saw the stop"),
@@ -160,6 +192,7 @@ fn title(scenario: &str) -> &'static str {
         "inproc-daemons" => "7b. In-process scale: daemons (supervisor only)",
         "handover" => "8. Handover between elected replicas (N daemons, client-go timing)",
         "shards" => "9. Sharding: N daemons on 1, 3 and 4 members (client-go timing)",
+        "children" => "10. Owned children: N parents × (ConfigMap, Secret, Service)",
         _ => "other",
     }
 }

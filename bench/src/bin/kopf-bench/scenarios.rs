@@ -30,10 +30,11 @@ pub(crate) enum Scenario {
     TimersWrite,
     Handover,
     Shards,
+    Children,
 }
 
 impl Scenario {
-    pub(crate) const ALL: [Self; 8] = [
+    pub(crate) const ALL: [Self; 9] = [
         Self::Timers,
         Self::Daemons,
         Self::Startup,
@@ -42,6 +43,7 @@ impl Scenario {
         Self::TimersWrite,
         Self::Handover,
         Self::Shards,
+        Self::Children,
     ];
 
     pub(crate) fn as_str(self) -> &'static str {
@@ -54,6 +56,7 @@ impl Scenario {
             Self::TimersWrite => "timers-write",
             Self::Handover => "handover",
             Self::Shards => "shards",
+            Self::Children => "children",
         }
     }
 
@@ -64,7 +67,7 @@ impl Scenario {
             .with_context(|| format!("unknown scenario {s:?}"))
     }
 
-    /// The scenario's number in issue 7.
+    /// The scenario's number (issue 7; 10 is issue 32's).
     pub(crate) fn number(self) -> u8 {
         match self {
             Self::Timers => 1,
@@ -75,6 +78,7 @@ impl Scenario {
             Self::TimersWrite => 6,
             Self::Handover => 8,
             Self::Shards => 9,
+            Self::Children => 10,
         }
     }
 
@@ -90,6 +94,8 @@ impl Scenario {
             // kopf has no leader election (its peering pauses, it does not hand over) and no
             // sharding.
             Self::Handover | Self::Shards => &[Arm::KopfRs],
+            // Owned children: against kube-rs's own `Controller` (kopf has no such helper).
+            Self::Children => &[Arm::KopfRs, Arm::KubeController],
         }
     }
 
@@ -100,6 +106,7 @@ impl Scenario {
             Self::TimersWrite => Mode::TimersWrite,
             Self::Handover => Mode::DaemonsHa,
             Self::Shards => Mode::DaemonsShard,
+            Self::Children => Mode::Children,
         }
     }
 }
@@ -109,8 +116,10 @@ pub(crate) struct Ctx {
     pub(crate) cluster: Cluster,
     pub(crate) programs: Programs,
     pub(crate) audit: Option<AuditLog>,
-    /// The measurement window of the steady scenarios.
+    /// The measurement window of the steady scenarios (and scenario 10's rest window).
     pub(crate) window: Duration,
+    /// How many child edits scenario 10 times (at most one per parent).
+    pub(crate) edits: usize,
 }
 
 /// One trial's outcome.
@@ -180,6 +189,10 @@ pub(crate) async fn trial(
     dir: &Path,
 ) -> anyhow::Result<TrialOutput> {
     std::fs::create_dir_all(dir)?;
+    if scenario == Scenario::Children {
+        // The parents are created while the arm runs: the scenario prepares its own.
+        return crate::children::children(ctx, n, arm, dir).await;
+    }
     ctx.cluster
         .prepare(n)
         .await
@@ -194,6 +207,7 @@ pub(crate) async fn trial(
         Scenario::Shutdown => shutdown(ctx, n, arm, mode, dir).await,
         Scenario::Handover => crate::handover::handover(ctx, n, arm, mode, dir).await,
         Scenario::Shards => crate::shards::shards(ctx, n, arm, dir).await,
+        Scenario::Children => unreachable!("handled above"),
     }
 }
 

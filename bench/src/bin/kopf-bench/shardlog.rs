@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use kopf_bench::Tag;
-use kopf_runtime::SHARD_RANGES;
+use kopf_runtime::ha::SHARD_RANGES;
 
 use crate::fires::{Follow, parse_line};
 

@@ -72,6 +72,7 @@ fn targets(r: &Results) -> Vec<Target> {
     rate_targets(r, &mut out);
     shutdown_targets(r, &mut out);
     inproc_targets(r, &mut out);
+    children_targets(r, &mut out);
     out
 }
 
@@ -194,6 +195,36 @@ fn inproc_targets(r: &Results, out: &mut Vec<Target>) {
     push(out, text.into(), p99, " ms", &|v| v <= 20.0);
 }
 
+/// The targets of scenario 10 at every N measured (issue 32): against the kube-rs `Controller`
+/// with `.owns(..)` in the same pair, CPU at rest and requests per converge at most its, RSS
+/// within 1.2× of its, child-edit p99 at most its; and no writes at rest.
+fn children_targets(r: &Results, out: &mut Vec<Target>) {
+    let s = "children";
+    let rival = "kube-controller";
+    for (_, n) in r.groups().into_iter().filter(|(g, _)| g == s) {
+        for (metric, what, limit) in [
+            ("cores", "CPU at rest", 1.0),
+            ("requests_converge", "API requests per converge", 1.0),
+            ("rss_mb", "RSS at rest", 1.2),
+            ("restore_p99_ms", "child-edit p99", 1.0),
+        ] {
+            let ratio = med(&r.ratios(s, n, "kopf-rs", rival, metric));
+            let text =
+                format!("S10 N={n}: {what} ≤ {limit}× the kube-rs Controller's (per-pair ratio)");
+            push(out, text, ratio, "×", &move |v| v <= limit);
+        }
+        let writes = r.values(s, n, "kopf-rs", "writes_at_rest");
+        let text = format!("S10 N={n}: zero API writes at rest (the worst pair)");
+        push(
+            out,
+            text,
+            writes.iter().copied().reduce(f64::max),
+            "",
+            &|v| v == 0.0,
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -269,6 +300,50 @@ mod tests {
         assert_eq!(row(&t, "S7: ≤ 0.15 cores").measured, "not measured");
         assert_eq!(
             row(&t, "S7: 1 000 000 timers at 1 Hz").result(),
+            "not measured"
+        );
+    }
+
+    /// Scenario 10: per-pair ratios against the kube-rs Controller; writes at rest judged on
+    /// the worst pair; the kube-rs arm alone leaves every row "not measured".
+    #[test]
+    fn children_rows() {
+        let c = "children";
+        let with = |n: usize, arm: &str, pair: usize, metrics: &[(&str, f64)]| {
+            let mut t = trial(c, n, arm, pair, metrics[0].0, metrics[0].1);
+            t.metrics
+                .extend(metrics.iter().map(|(k, v)| ((*k).to_owned(), *v)));
+            t
+        };
+        let rival = [("cores", 0.01), ("rss_mb", 20.0), ("restore_p99_ms", 40.0)];
+        let ours = [("cores", 0.005), ("rss_mb", 25.0), ("writes_at_rest", 0.0)];
+        let trials = vec![
+            with(100, "kube-controller", 0, &rival),
+            with(100, "kopf-rs", 0, &ours),
+            with(100, "kube-controller", 1, &rival),
+            with(100, "kopf-rs", 1, &[("writes_at_rest", 3.0)]),
+            with(1000, "kube-controller", 0, &[("cores", 0.02)]),
+        ];
+        let r = Results {
+            machine: Machine::default(),
+            trials,
+        };
+        let t = targets(&r);
+        let cpu = row(&t, "S10 N=100: CPU at rest");
+        assert_eq!((cpu.measured.as_str(), cpu.result()), ("0.50×", "met"));
+        let rss = row(&t, "S10 N=100: RSS at rest ≤ 1.2×");
+        assert_eq!(
+            (rss.measured.as_str(), rss.result()),
+            ("1.25×", "**missed**")
+        );
+        assert_eq!(
+            row(&t, "S10 N=100: child-edit p99").result(),
+            "not measured"
+        );
+        assert_eq!(row(&t, "S10 N=100: zero API writes").result(), "**missed**");
+        assert_eq!(row(&t, "S10 N=1000: CPU at rest").result(), "not measured");
+        assert_eq!(
+            row(&t, "S10 N=1000: zero API writes").result(),
             "not measured"
         );
     }

@@ -16,7 +16,7 @@ const MAX_LEASE_SECONDS: u64 = i32::MAX as u64;
 ///
 /// ```
 /// use std::time::Duration;
-/// use kopf_runtime::LeaderElection;
+/// use kopf_runtime::ha::LeaderElection;
 ///
 /// let election = LeaderElection::new("my-operator", "operators")
 ///     .lease_duration(Duration::from_secs(15))

@@ -75,9 +75,9 @@ impl Fence {
 ///
 /// ```
 /// fn refused_as_standby(err: &kube::Error) -> bool {
-///     matches!(err, kube::Error::Service(e) if e.downcast_ref::<kopf_runtime::Fenced>().is_some())
+///     matches!(err, kube::Error::Service(e) if e.downcast_ref::<kopf_runtime::ha::Fenced>().is_some())
 /// }
-/// assert!(refused_as_standby(&kube::Error::Service(Box::new(kopf_runtime::Fenced))));
+/// assert!(refused_as_standby(&kube::Error::Service(Box::new(kopf_runtime::ha::Fenced))));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Fenced;

@@ -24,8 +24,8 @@ const WORDS: usize = SHARD_RANGES as usize / 64;
 /// server's `shardRange(object.metadata.uid, …)` hashes it.
 ///
 /// ```
-/// let range = kopf_runtime::shard_of("8e06a4ba-b99a-4d39-8177-99cd7b21ddd6");
-/// assert!(range < kopf_runtime::SHARD_RANGES);
+/// let range = kopf_runtime::ha::shard_of("8e06a4ba-b99a-4d39-8177-99cd7b21ddd6");
+/// assert!(range < kopf_runtime::ha::SHARD_RANGES);
 /// ```
 #[must_use]
 pub fn shard_of(uid: &str) -> u16 {

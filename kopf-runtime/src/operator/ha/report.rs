@@ -32,7 +32,7 @@ pub enum Role {
     Standby,
 }
 
-/// This replica's part in the election, in [`OperatorStats::leadership`](crate::OperatorStats::leadership).
+/// This replica's part in the election, in [`OperatorStats::leadership`](crate::stats::OperatorStats::leadership).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Leadership {
@@ -52,7 +52,7 @@ pub struct Leadership {
     pub identity_conflict: bool,
 }
 
-/// This member's part in its group, in [`OperatorStats::sharding`](crate::OperatorStats::sharding).
+/// This member's part in its group, in [`OperatorStats::sharding`](crate::stats::OperatorStats::sharding).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Membership {
@@ -60,7 +60,7 @@ pub struct Membership {
     pub identity: String,
     /// The live members as it sees them, sorted (itself included while its Lease is valid).
     pub members: Vec<String>,
-    /// The ranges it serves, e.g. `0-340,682-1023` (of [`SHARD_RANGES`](crate::SHARD_RANGES);
+    /// The ranges it serves, e.g. `0-340,682-1023` (of [`SHARD_RANGES`](crate::ha::SHARD_RANGES);
     /// empty: none).
     pub ranges: String,
     /// How many ranges it serves.

@@ -26,7 +26,7 @@ pub enum ShardWatch {
 ///
 /// ```
 /// use std::time::Duration;
-/// use kopf_runtime::{ShardWatch, Sharding};
+/// use kopf_runtime::ha::{ShardWatch, Sharding};
 ///
 /// let sharding = Sharding::new("my-operator", "operators")
 ///     .lease_duration(Duration::from_secs(15))

@@ -16,10 +16,10 @@ use tokio::time::Instant;
 
 use pulse::{Pulse, WatchLimits};
 
-/// Where the watch of one resource kind is (see [`KindStats`](crate::KindStats)).
+/// Where the watch of one resource kind is (see [`KindStats`](crate::stats::KindStats)).
 ///
 /// ```
-/// use kopf_runtime::WatchPhase;
+/// use kopf_runtime::stats::WatchPhase;
 /// let ready = |p| matches!(p, WatchPhase::Watching | WatchPhase::Unavailable);
 /// assert!(ready(WatchPhase::Watching) && !ready(WatchPhase::Listing));
 /// ```

@@ -11,6 +11,7 @@
 //!                                                          └─▶ Output ──▶ write::patch
 //! ```
 
+pub(crate) mod common;
 pub(crate) mod effects;
 mod outputs;
 pub(crate) mod queue;
@@ -33,8 +34,9 @@ use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, warn};
 
+use self::common::KindCommon;
 use self::effects::Plan;
-use self::outputs::Retained;
+use self::outputs::{Outputs, Retained};
 use self::queue::{Job, Queues, RunJob};
 use self::sharded::Sharded;
 use self::watch::{Observer, Selection};
@@ -54,7 +56,7 @@ use crate::operator::scope::{Follower, Scope};
 use crate::operator::watched::Watched;
 use crate::operator::write::finalizer::Finalizers;
 use crate::operator::write::patch::{KubePatchSink, StatusMode};
-use crate::operator::write::records::{FinalizerView, Records};
+use crate::operator::write::records::FinalizerView;
 use crate::operator::write::resync::Resync;
 use crate::operator::write::{RetrySettings, Writer, api_resource};
 
@@ -142,7 +144,7 @@ pub(crate) fn launch(
         supervisor.set_clearance(clearance.clone());
     }
     let state = Arc::new(KindState::new(info, supervisor, sink, shared));
-    let (effects_state, effects_stop) = (state.clone(), state.queues.stopped());
+    let (effects_state, effects_stop) = (state.clone(), state.common.queues.stopped());
     let outcomes = shared.outcomes.clone();
     tokio::spawn(async move {
         while let Some(Some(effect)) = effects_stop.run_until_cancelled(effects.recv()).await {
@@ -189,20 +191,14 @@ pub(crate) fn launch(
 /// Everything the operator keeps for one resource kind.
 #[derive(Debug)]
 pub(crate) struct KindState {
-    pub(crate) info: ResourceInfo,
-    pub(crate) supervisor: Supervisor,
-    /// What was last seen of each object.
-    pub(crate) records: Arc<Records>,
-    pub(crate) finalizers: Arc<Finalizers>,
-    pub(crate) queues: Arc<Queues>,
-    sink: KubePatchSink,
+    pub(crate) common: Arc<KindCommon>,
+    /// Where handler outputs go (see `outputs.rs`).
+    outputs: Outputs,
     events: Arc<EventPoster>,
     /// Whether another kopf operator's finalizer was seen (and warned about) already.
     foreign_seen: AtomicBool,
     /// What this replica serves of the kind (the watch follows it in server-side sharding).
     scope: tokio::sync::watch::Sender<Scope>,
-    /// The objects out of scope whose outputs are still written (see `outputs.rs`).
-    retained: Retained,
 }
 
 impl KindState {
@@ -226,28 +222,33 @@ impl KindState {
         };
         finalizers.set_scope(scope.clone());
         supervisor.track_outputs(); // busy until written: a shard range waits for them
-        Self {
+        let common = KindCommon {
             queues: Arc::new(Queues::new(info.clone())),
             info,
             supervisor,
             records,
-            finalizers: Arc::new(finalizers),
-            sink,
+            finalizers,
+        };
+        Self {
+            common: Arc::new(common),
+            outputs: Outputs {
+                sink,
+                retained: Retained::new(shared.sharding.is_some(), shared.clearance.clone()),
+            },
             events: shared.poster.clone(),
             foreign_seen: AtomicBool::new(false),
             scope: tokio::sync::watch::Sender::new(scope),
-            retained: Retained::new(shared),
         }
     }
 
     /// Whether this replica serves the object (always, without leader election or sharding):
     /// only then it posts Events about it and writes its outputs and finalizer.
     fn covers(&self, uid: &str) -> bool {
-        self.finalizers.covers(uid)
+        self.common.finalizers.covers(uid)
     }
 
     fn enqueue(self: &Arc<Self>, uid: Arc<str>, job: Job) {
-        self.queues.push(self, uid, job);
+        self.common.queues.push(self, uid, job);
     }
 
     /// A readable version of an object. Returns its UID.
@@ -256,15 +257,15 @@ impl KindState {
         let state = match ObjectState::from_json(body) {
             Ok(state) => state,
             Err(err) => {
-                error!(resource = %self.info, error = %err, "skipping an object that cannot be used");
+                error!(resource = %self.common.info, error = %err, "skipping an object that cannot be used");
                 return None;
             }
         };
         let object = state.reference().clone();
         let uid = object.uid.clone();
         self.warn_if_foreign(&object, &view);
-        self.records.seen(object, view);
-        self.supervisor.observe(state);
+        self.common.records.seen(object, view);
+        self.common.supervisor.observe(state);
         self.enqueue(uid.clone(), Job::Sync);
         Some(uid)
     }
@@ -280,13 +281,13 @@ impl KindState {
         let state = match ObjectState::from_json(body) {
             Ok(state) => state,
             Err(err) => {
-                error!(resource = %self.info, error = %err, reason, "skipping an object that cannot be used");
+                error!(resource = %self.common.info, error = %err, reason, "skipping an object that cannot be used");
                 return None;
             }
         };
         let object = state.reference().clone();
         let uid = object.uid.clone();
-        warn!(resource = %self.info, object = %object, uid = %uid, error = reason,
+        warn!(resource = %self.common.info, object = %object, uid = %uid, error = reason,
             "cannot read this version of the object; its handlers keep the last readable one");
         let note = WarningNote {
             what: "the operator cannot read this version of the object".to_owned(),
@@ -294,9 +295,9 @@ impl KindState {
             message: reason.to_owned(),
         };
         self.warn_event(&object, "ObjectUnreadable", "Read", note);
-        self.records.seen(object, view);
+        self.common.records.seen(object, view);
         if state.is_deleting() {
-            self.supervisor.observe(state);
+            self.common.supervisor.observe(state);
         }
         self.enqueue(uid.clone(), Job::Sync);
         Some(uid)
@@ -309,7 +310,7 @@ impl KindState {
         if self.foreign_seen.load(Ordering::Relaxed) {
             return;
         }
-        let ours = self.finalizers.name();
+        let ours = self.common.finalizers.name();
         let foreign = view
             .finalizers
             .iter()
@@ -318,7 +319,7 @@ impl KindState {
         if let Some(other) = foreign
             && !self.foreign_seen.swap(true, Ordering::Relaxed)
         {
-            warn!(resource = %self.info, object = %object, finalizer = %other, ours = %ours,
+            warn!(resource = %self.common.info, object = %object, finalizer = %other, ours = %ours,
                 "an object carries the finalizer of another kopf operator: another operator serves \
                  this kind, or this one ran under another name before (then remove the old \
                  finalizer, or set OperatorBuilder::finalizer to it); shown once");
@@ -331,7 +332,7 @@ impl KindState {
             Effect::Output { object, .. } => Some(object.uid.clone()),
             _ => None,
         };
-        match effects::plan(&self.info, effect) {
+        match effects::plan(&self.common.info, effect) {
             Plan::Queue(uid, job) => self.enqueue(uid, job),
             Plan::Warn {
                 object,
@@ -341,7 +342,7 @@ impl KindState {
             } => self.warn_event(&object, reason, action, note),
             Plan::Nothing => {
                 if let Some(uid) = output {
-                    self.supervisor.outputs_settled(&uid, 1); // nothing to write
+                    self.common.supervisor.outputs_settled(&uid, 1); // nothing to write
                 }
             }
         }
@@ -358,13 +359,14 @@ impl KindState {
         note: WarningNote,
     ) {
         if !self.covers(&object.uid) {
-            debug!(resource = %self.info, object = %object, reason,
+            debug!(resource = %self.common.info, object = %object, reason,
                 "not posting a Warning about an object this replica does not serve");
             return;
         }
-        let regarding = reference(&self.info, object);
+        let regarding = reference(&self.common.info, object);
         let events = self.events.clone();
-        self.queues
+        self.common
+            .queues
             .spawn(async move { events.warn(&regarding, reason, action, note).await });
     }
 
@@ -377,8 +379,8 @@ impl KindState {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            for uid in self.finalizers.due() {
-                debug!(resource = %self.info, uid = %uid, "trying a finalizer update again");
+            for uid in self.common.finalizers.due() {
+                debug!(resource = %self.common.info, uid = %uid, "trying a finalizer update again");
                 self.enqueue(uid, Job::Sync);
             }
         }
@@ -387,7 +389,7 @@ impl KindState {
 
 impl Observer for KindState {
     fn discovered(&self, status_subresource: bool) {
-        self.sink.status.set(status_subresource);
+        self.outputs.sink.status.set(status_subresource);
     }
 
     fn observe(self: &Arc<Self>, object: Watched) -> Option<Arc<str>> {
@@ -400,8 +402,8 @@ impl Observer for KindState {
     /// Another member serves the object now: its handlers stopped when the scope changed; its
     /// record goes (no finalizer is written), and any later version brings it back.
     fn release(self: &Arc<Self>, uid: &Arc<str>) {
-        self.supervisor.release(uid);
-        if self.records.mark_gone(uid, None) {
+        self.common.supervisor.release(uid);
+        if self.common.records.mark_gone(uid, None) {
             self.enqueue(uid.clone(), Job::Sync);
         }
     }
@@ -410,10 +412,10 @@ impl Observer for KindState {
     fn forget(self: &Arc<Self>, uid: &Arc<str>, last: Option<&Value>) {
         let view = last.map(FinalizerView::from_body);
         match view.as_ref().and_then(|v| v.resource_version.as_deref()) {
-            Some(rv) => self.supervisor.gone_at(uid, rv),
-            None => self.supervisor.gone(uid),
+            Some(rv) => self.common.supervisor.gone_at(uid, rv),
+            None => self.common.supervisor.gone(uid),
         }
-        if self.records.mark_gone(uid, view) {
+        if self.common.records.mark_gone(uid, view) {
             self.enqueue(uid.clone(), Job::Sync);
         }
     }
@@ -425,16 +427,16 @@ impl Follower for KindState {
     /// their stop ladders, with the reason "operator pausing"); nothing is written for them
     /// but the outputs of a shard member's objects that leave its scope (see `outputs.rs`).
     fn serve(self: Arc<Self>, scope: Scope) {
-        let busy = self.supervisor.busy_uids();
-        self.retained.follow(&self.scope.borrow(), &scope, &busy);
-        self.finalizers.set_scope(scope.clone());
+        let busy = self.common.supervisor.busy_uids();
+        (self.outputs.retained).follow(&self.scope.borrow(), &scope, &busy);
+        self.common.finalizers.set_scope(scope.clone());
         if matches!(scope, Scope::Nothing) {
-            self.supervisor.pause();
+            self.common.supervisor.pause();
         } else {
-            self.supervisor.set_scope(scope.in_scope());
-            self.supervisor.resume();
+            self.common.supervisor.set_scope(scope.in_scope());
+            self.common.supervisor.resume();
         }
-        for uid in self.records.uids() {
+        for uid in self.common.records.uids() {
             if scope.covers(&uid) {
                 self.enqueue(uid, Job::Sync);
             }
@@ -443,11 +445,11 @@ impl Follower for KindState {
     }
 
     fn busy_uids(&self) -> Vec<Arc<str>> {
-        self.supervisor.busy_uids()
+        self.common.supervisor.busy_uids()
     }
 
     fn served(&self) -> usize {
-        let uids = self.records.uids();
+        let uids = self.common.records.uids();
         uids.iter().filter(|uid| self.covers(uid)).count()
     }
 }
@@ -455,13 +457,18 @@ impl Follower for KindState {
 impl RunJob for KindState {
     async fn run(&self, uid: &Arc<str>, job: Job) {
         match job {
-            Job::Sync => self.finalizers.sync(uid).await,
+            Job::Sync => self.common.finalizers.sync(uid).await,
             Job::Output {
                 object,
                 handler,
                 patch,
                 outputs,
-            } => self.output(&object, handler, patch, outputs).await,
+            } => {
+                let common = &self.common;
+                (self.outputs)
+                    .output(common, &object, handler, patch, outputs)
+                    .await;
+            }
         }
     }
 }

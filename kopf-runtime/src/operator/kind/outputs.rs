@@ -25,11 +25,20 @@ use std::sync::{Arc, Mutex};
 use serde_json::{Map, Value};
 use tracing::{debug, error, warn};
 
-use super::{KindState, Shared};
+use super::common::KindCommon;
 use crate::core::clearance::Clearance;
 use crate::core::object::ObjectRef;
 use crate::core::sync::lock;
 use crate::operator::scope::Scope;
+use crate::operator::write::patch::KubePatchSink;
+
+/// Where one kind's handler outputs go: the sink that writes them, and the objects out of
+/// scope whose outputs are still written.
+#[derive(Debug)]
+pub(crate) struct Outputs {
+    pub(crate) sink: KubePatchSink,
+    pub(crate) retained: Retained,
+}
 
 /// The objects a shard member stopped serving but whose outputs it still writes.
 #[derive(Debug)]
@@ -53,10 +62,11 @@ struct Held {
 }
 
 impl Retained {
-    pub(crate) fn new(shared: &Shared) -> Self {
+    /// For a shard member (`sharded`) or not, valid while `clearance` is clear.
+    pub(crate) fn new(sharded: bool, clearance: Option<Clearance>) -> Self {
         Self {
-            sharded: shared.sharding.is_some(),
-            clearance: shared.clearance.clone(),
+            sharded,
+            clearance,
             held: Mutex::default(),
         }
     }
@@ -92,33 +102,36 @@ impl Retained {
     }
 }
 
-impl KindState {
+impl Outputs {
     /// Stores handlers' outputs (results and patches) merged into one merge patch, then
     /// settles them (the object no longer counts as busy for them).
     pub(super) async fn output(
         &self,
+        common: &KindCommon,
         object: &ObjectRef,
         handler: &'static str,
         patch: Map<String, Value>,
         outputs: u32,
     ) {
-        self.write_output(object, handler, patch, outputs).await;
-        self.supervisor.outputs_settled(&object.uid, outputs);
+        self.write_output(common, object, handler, patch, outputs)
+            .await;
+        common.supervisor.outputs_settled(&object.uid, outputs);
     }
 
     async fn write_output(
         &self,
+        common: &KindCommon,
         object: &ObjectRef,
         handler: &'static str,
         patch: Map<String, Value>,
         outputs: u32,
     ) {
         // Read once: the scope may narrow meanwhile (retained before it narrows).
-        let covered = self.covers(&object.uid);
+        let covered = common.finalizers.covers(&object.uid);
         let retained = !covered && self.retained.holds(&object.uid);
         // A retained object's record may be gone with its range (server-side sharding): the
         // write finds out whether the object itself is.
-        if !retained && self.records.get(&object.uid).is_none_or(|r| r.gone) {
+        if !retained && common.records.get(&object.uid).is_none_or(|r| r.gone) {
             debug!(object = %object, handler, "the object is gone; output dropped");
             return;
         }

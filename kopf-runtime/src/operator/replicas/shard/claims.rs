@@ -68,6 +68,11 @@ impl Claims {
         serde_json::to_string(&raw).unwrap_or_else(|_| "{}".to_owned())
     }
 
+    /// The claims annotation that says these claims, for the group's Lease.
+    pub(crate) fn annotation(&self) -> (&'static str, Option<String>) {
+        (CLAIMS_ANNOTATION, Some(self.render()))
+    }
+
     /// The ranges `member` holds.
     pub(crate) fn held_by(&self, member: &str) -> RangeSet {
         self.0.get(member).cloned().unwrap_or_default()

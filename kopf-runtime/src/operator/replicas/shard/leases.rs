@@ -1,7 +1,8 @@
 //! The Leases of a sharded group as one member reads and writes them: its own Lease
 //! (`<group>-<identity>`, labelled with the group), the other members' Leases, and the group's
-//! Lease whose annotation holds the claims. Every write is guarded by the `resourceVersion`
-//! that was read.
+//! Lease whose annotations hold the claims. Every write is guarded by the `resourceVersion`
+//! that was read. What the annotations say is read and written elsewhere (`claims.rs`,
+//! `repair.rs`): this file only moves Leases.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -11,8 +12,6 @@ use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams, Preconditions};
 
-use super::claims::{CLAIMS_ANNOTATION, Claims};
-use super::repair::{GroupState, QUARANTINE_ANNOTATION, Quarantine};
 use crate::operator::ha::lease::{Claimant, Record, claimed, released};
 
 /// The label that marks a member's Lease, with the group's name as its value.
@@ -101,12 +100,12 @@ impl GroupLeases {
         }
     }
 
-    /// The group's Lease (created when missing) and what it says (garbage included): `None`
-    /// when another member created it at the same moment.
+    /// The group's Lease (created when missing): `None` when another member created it at the
+    /// same moment.
     ///
     /// # Cancellation safety
     /// Dropping the future may or may not leave the group's Lease created.
-    pub(crate) async fn claims(&self) -> Result<Option<(Lease, GroupState)>, kube::Error> {
+    pub(crate) async fn group(&self) -> Result<Option<Lease>, kube::Error> {
         let group = match self.api.get_opt(&self.group).await? {
             Some(group) => group,
             None => {
@@ -124,8 +123,7 @@ impl GroupLeases {
                 }
             }
         };
-        let state = GroupState::read(group.metadata.annotations.as_ref());
-        Ok(Some((group, state)))
+        Ok(Some(group))
     }
 
     /// What each member's Lease says, by member: every Lease of the group, and a stand-in for
@@ -176,37 +174,23 @@ impl GroupLeases {
         Ok(leases.collect())
     }
 
-    /// Writes the claims and the quarantine (`None`: none) into the group's Lease, guarded by
-    /// the version of `group` as read (409 if another member wrote meanwhile).
+    /// Sets (`Some`) or removes (`None`) `annotations` of the group's Lease, guarded by the
+    /// version of `group` as read (409 if another member wrote meanwhile).
     ///
     /// # Cancellation safety
     /// Dropping the future may or may not leave them written.
     pub(crate) async fn write_group(
         &self,
         mut group: Lease,
-        claims: &Claims,
-        quarantine: Option<&Quarantine>,
+        annotations: &[(&str, Option<String>)],
     ) -> Result<(), kube::Error> {
-        let annotations = group.metadata.annotations.get_or_insert_with(BTreeMap::new);
-        match quarantine {
-            Some(q) => annotations.insert(QUARANTINE_ANNOTATION.to_owned(), q.render()),
-            None => annotations.remove(QUARANTINE_ANNOTATION),
-        };
-        self.write_claims(group, claims).await
-    }
-
-    /// Writes the claims into the group's Lease, guarded by the version of `group` as read
-    /// (409 if another member wrote meanwhile).
-    ///
-    /// # Cancellation safety
-    /// Dropping the future may or may not leave the claims written.
-    pub(crate) async fn write_claims(
-        &self,
-        mut group: Lease,
-        claims: &Claims,
-    ) -> Result<(), kube::Error> {
-        (group.metadata.annotations.get_or_insert_with(BTreeMap::new))
-            .insert(CLAIMS_ANNOTATION.to_owned(), claims.render());
+        let current = group.metadata.annotations.get_or_insert_with(BTreeMap::new);
+        for (key, value) in annotations {
+            match value {
+                Some(value) => current.insert((*key).to_owned(), value.clone()),
+                None => current.remove(*key),
+            };
+        }
         self.api
             .replace(&self.group, &PostParams::default(), &group)
             .await?;

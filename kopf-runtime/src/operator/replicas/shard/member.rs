@@ -251,9 +251,10 @@ impl Member {
         if !self.renew(started).await? {
             return Ok(());
         }
-        let Some((group, state)) = self.leases.claims().await? else {
+        let Some(group) = self.leases.group().await? else {
             return Ok(());
         };
+        let state = GroupState::read(group.metadata.annotations.as_ref());
         let (live, expired) = self.members(&state).await?;
         if state.garbage.is_some() {
             return self.repair(group, &state, &live).await;
@@ -424,7 +425,9 @@ impl Member {
         if !self.fence.allows(Instant::now()) {
             return Ok(false);
         }
-        self.leases.write_claims(group, claims).await?;
+        self.leases
+            .write_group(group, &[claims.annotation()])
+            .await?;
         Ok(true)
     }
 

@@ -158,6 +158,16 @@ impl GroupState {
     }
 }
 
+/// The annotations of the group's Lease that say `claims` and `quarantine` (`None`: the
+/// quarantine annotation is removed).
+pub(crate) fn annotations(
+    claims: &Claims,
+    quarantine: Option<&Quarantine>,
+) -> [(&'static str, Option<String>); 2] {
+    let quarantine = (QUARANTINE_ANNOTATION, quarantine.map(Quarantine::render));
+    [claims.annotation(), quarantine]
+}
+
 /// The repair of garbage: no claims, every range quarantined until every member in `live` is
 /// quiet in them or expired.
 pub(crate) fn repair(live: &[String]) -> Quarantine {
@@ -232,6 +242,35 @@ mod tests {
 
     fn names(list: &[&str]) -> BTreeSet<String> {
         list.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    /// What `annotations` writes is what `GroupState::read` reads back; `None` removes the
+    /// quarantine, and a quarantine written before is gone afterwards.
+    #[test]
+    fn written_annotations_read_back() {
+        let claims = Claims::parse(Some(r#"{"a":"0-9","b":"20-29"}"#)).unwrap();
+        let quarantine = Quarantine {
+            ranges: RangeSet::parse("10-19").unwrap(),
+            waiting: names(&["c"]),
+        };
+        let mut current = BTreeMap::new();
+        let apply = |current: &mut BTreeMap<String, String>, set: [(&str, Option<String>); 2]| {
+            for (key, value) in set {
+                match value {
+                    Some(value) => current.insert(key.to_owned(), value),
+                    None => current.remove(key),
+                };
+            }
+            GroupState::read(Some(&*current))
+        };
+        let read = apply(&mut current, annotations(&claims, Some(&quarantine)));
+        assert_eq!(read.garbage, None);
+        assert_eq!(read.claims, claims);
+        assert_eq!(read.quarantine, Some(quarantine));
+        let read = apply(&mut current, annotations(&claims, None));
+        assert_eq!((read.garbage, read.quarantine), (None, None));
+        assert_eq!(read.claims, claims);
+        assert!(!current.contains_key(QUARANTINE_ANNOTATION));
     }
 
     #[test]

@@ -8,7 +8,7 @@ use tracing::{info, warn};
 use super::Member;
 use crate::core::sync::lock;
 use crate::operator::ha::ranges::RangeSet;
-use crate::operator::replicas::shard::repair::lift;
+use crate::operator::replicas::shard::repair::{GroupState, annotations, lift};
 
 impl Member {
     /// After the handlers have stopped: gives up this member's claims and deletes its Lease
@@ -67,9 +67,10 @@ impl Member {
             if !self.fence.allows(Instant::now()) {
                 return Ok(false);
             }
-            let Some((group, mut state)) = self.leases.claims().await? else {
+            let Some(group) = self.leases.group().await? else {
                 return Ok(false);
             };
+            let mut state = GroupState::read(group.metadata.annotations.as_ref());
             if state.garbage.is_some() {
                 return Ok(false); // the others repair it, waiting for this member's Lease
             }
@@ -86,7 +87,8 @@ impl Member {
             if !self.fence.allows(Instant::now()) {
                 return Ok(false);
             }
-            let written = (self.leases).write_group(group, &state.claims, quarantine.as_ref());
+            let set = annotations(&state.claims, quarantine.as_ref());
+            let written = self.leases.write_group(group, &set);
             match written.await {
                 Ok(()) => return Ok(true),
                 Err(kube::Error::Api(status)) if status.code == 409 => {}

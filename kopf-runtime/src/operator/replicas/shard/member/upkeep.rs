@@ -12,7 +12,7 @@ use super::Member;
 use crate::core::sync::lock;
 use crate::operator::ha::ranges::RangeSet;
 use crate::operator::replicas::shard::claims::Claims;
-use crate::operator::replicas::shard::repair::{GroupState, lift, repair};
+use crate::operator::replicas::shard::repair::{GroupState, annotations, lift, repair};
 
 impl Member {
     /// The group's Lease as `namespace/name`, for the log.
@@ -48,7 +48,8 @@ impl Member {
         }
         let quarantine = repair(live);
         let none = Claims::default();
-        let written = (self.leases).write_group(group, &none, Some(&quarantine));
+        let set = annotations(&none, Some(&quarantine));
+        let written = self.leases.write_group(group, &set);
         match written.await {
             Ok(()) => {
                 let waiting: Vec<&str> = quarantine.waiting.iter().map(String::as_str).collect();
@@ -83,7 +84,8 @@ impl Member {
         if !self.fence.allows(Instant::now()) {
             return Ok(true);
         }
-        let written = (self.leases).write_group(group.clone(), &state.claims, next.as_ref());
+        let set = annotations(&state.claims, next.as_ref());
+        let written = self.leases.write_group(group.clone(), &set);
         match written.await {
             Ok(()) => {
                 match &next {
