@@ -363,12 +363,10 @@ impl Supervisor {
         uids
     }
 
-    /// Asks the reconcile handlers of the object `uid` to run (an owned child or a related
-    /// object changed, or anything else that calls for it; `cause` is for logs). Runs are
-    /// coalesced: triggers during a run give one more run after it, and a handler's `debounce`
-    /// applies. A no-op for an unknown or gone object, one with no reconcile instance (none
-    /// matches it, or it is paused or out of this supervisor's scope: it is reconciled anyway
-    /// when it resumes), or a supervisor without reconcile handlers.
+    /// Asks the reconcile handlers of the object `uid` to run (a child or a related object
+    /// changed; `cause` is for logs), coalesced and debounced as their rules say. A no-op for an
+    /// unknown, gone or deleting object, or one without a reconcile instance (a paused or
+    /// out-of-scope object is reconciled anyway when it resumes).
     ///
     /// ```
     /// # use kopf_runtime::engine::*;
@@ -383,9 +381,8 @@ impl Supervisor {
         }
     }
 
-    /// The UID of the tracked object `namespace`/`name` (`namespace: None` for a cluster-scoped
-    /// one), to resolve a related object's [`Target`](crate::engine::Target) for [`Supervisor::trigger`]. `None` if no
-    /// such object is tracked (or it is gone). A scan of the tracked objects.
+    /// The UID of the tracked object `namespace`/`name` (`None` namespace: cluster-scoped), to
+    /// resolve a related object's [`Target`](crate::engine::Target); a scan of the objects.
     ///
     /// ```
     /// # use kopf_runtime::engine::*;
@@ -393,20 +390,14 @@ impl Supervisor {
     /// let meta = serde_json::json!({"name": "a", "namespace": "ns", "uid": "u"});
     /// supervisor.observe(ObjectState::from_json(serde_json::json!({"metadata": meta})).unwrap());
     /// assert_eq!(supervisor.uid_of(Some("ns"), "a").as_deref(), Some("u"));
-    /// assert_eq!(supervisor.uid_of(None, "a"), None);
     /// ```
     #[must_use]
     pub fn uid_of(&self, namespace: Option<&str>, name: &str) -> Option<Arc<str>> {
         let state = self.inner().lock();
-        state
-            .objects
-            .iter()
-            .find(|(_, e)| {
-                !e.gone
-                    && &*e.reference.name == name
-                    && e.reference.namespace.as_deref() == namespace
-            })
-            .map(|(uid, _)| Arc::clone(uid))
+        let found = state.objects.iter().find(|(_, e)| {
+            !e.gone && *e.reference.name == *name && e.reference.namespace.as_deref() == namespace
+        });
+        found.map(|(uid, _)| Arc::clone(uid))
     }
 
     /// Pauses the operator (e.g. it lost leadership): every instance is stopped with
