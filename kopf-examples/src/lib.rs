@@ -40,6 +40,7 @@ pub mod docs {
         Operations => "docs/operations.md",
         Handlers => "docs/handlers.md",
         HighAvailability => "docs/high-availability.md",
+        Reconcile => "docs/reconcile.md",
         Children => "docs/children.md",
         ComingFromKubeRs => "docs/coming-from-kube-rs.md",
     }

@@ -10,6 +10,7 @@ pub(crate) enum Kind {
     Update,
     Delete,
     Resume,
+    Reconcile,
 }
 
 impl Kind {
@@ -22,12 +23,13 @@ impl Kind {
             Self::Update => "#[on_update]",
             Self::Delete => "#[on_delete]",
             Self::Resume => "#[on_resume]",
+            Self::Reconcile => "#[reconcile]",
         }
     }
 
     /// Whether this is a change handler (`#[on_create]`, `#[on_update]`, `#[on_delete]`,
     /// `#[on_resume]`): called once per change of the object rather than kept running.
     pub(crate) fn is_change(self) -> bool {
-        !matches!(self, Self::Daemon | Self::Timer)
+        !matches!(self, Self::Daemon | Self::Timer | Self::Reconcile)
     }
 }

@@ -1,5 +1,5 @@
-//! Attribute macros `#[daemon]`, `#[timer]` and the change handlers `#[on_create]`,
-//! `#[on_update]`, `#[on_delete]`, `#[on_resume]` for kopf-runtime. Use them through
+//! Attribute macros `#[daemon]`, `#[timer]`, the change handlers `#[on_create]`,
+//! `#[on_update]`, `#[on_delete]`, `#[on_resume]`, and `#[reconcile]` for kopf-runtime. Use them through
 //! `kopf_runtime` (which re-exports them); see its documentation.
 //!
 //! Every macro is one straight pipeline, run by `expand.rs`:
@@ -107,4 +107,11 @@ pub fn on_delete(args: TokenStream, item: TokenStream) -> TokenStream {
 #[proc_macro_attribute]
 pub fn on_resume(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::expand(Kind::Resume, args.into(), item.into()).into()
+}
+
+#[doc = include_str!("docs/reconcile.md")]
+#[doc = include_str!("docs/generated.md")]
+#[proc_macro_attribute]
+pub fn reconcile(args: TokenStream, item: TokenStream) -> TokenStream {
+    expand::expand(Kind::Reconcile, args.into(), item.into()).into()
 }

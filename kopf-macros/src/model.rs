@@ -38,6 +38,21 @@ pub(crate) struct HandlerModel {
     pub(crate) watch: Option<Watched>,
     /// `when`: a path to a `fn(&K) -> bool` (or a non-capturing closure).
     pub(crate) when: Option<Expr>,
+    /// `#[reconcile]`'s own options (`None` for the other kinds).
+    pub(crate) reconcile: Option<Reconcile>,
+}
+
+/// `#[reconcile]`'s own options, checked.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Reconcile {
+    /// `owns(...)`: the child types.
+    pub(crate) owns: Vec<Type>,
+    /// `watches(...)`: each related type with its map function.
+    pub(crate) watches: Vec<(Type, Expr)>,
+    pub(crate) backoff_max: Option<Duration>,
+    pub(crate) debounce: Option<Duration>,
+    /// `cleanup`: a path to an `async fn` (or a non-capturing closure).
+    pub(crate) cleanup: Option<Expr>,
 }
 
 /// The handler function, as the generated code calls it.

@@ -129,10 +129,11 @@ pub use crate::core::erased::{Call, ErasedHandler, Invocation, MatchError, Outpu
 pub use crate::core::filter::{FieldFilter, Filters, JsonLiteral, MetaFilter, ValueFilter};
 pub use crate::core::memo::ObjectMemo;
 pub use crate::core::object::{ObjectError, ObjectState};
+pub use crate::core::reconcile::kinds::{KindRef, Related, Target, Trigger};
 pub use crate::core::sink::{PatchSink, PatchSinkHandle};
 pub use crate::core::spec::{
-    ChangeOptions, CronSchedule, ErrorsMode, HandlerKind, HandlerSpec, Missed, SourceLocation,
-    TimerSchedule, WatchedField,
+    ChangeOptions, CronSchedule, ErrorsMode, HandlerKind, HandlerSpec, Missed, ReconcileOptions,
+    SourceLocation, TimerSchedule, WatchedField,
 };
 pub use crate::core::supervisor::{
     BlockingPool, InScope, ShutdownReport, Stats, Supervisor, SupervisorConfig,

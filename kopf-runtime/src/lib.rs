@@ -124,8 +124,8 @@
 //!
 //! The crate root has what handler authors and `main` use; everything else is in a module.
 //!
-//! - **Attributes**: [`daemon`], [`timer`], and the change handlers [`on_create`],
-//!   [`on_update`], [`on_delete`] and [`on_resume`].
+//! - **Attributes**: [`daemon`], [`timer`], the change handlers [`on_create`],
+//!   [`on_update`], [`on_delete`] and [`on_resume`], and [`reconcile`].
 //! - **Injectable parameters**: [`Stopper`] with its [`StopReason`]; [`Patch`] (its writes fail
 //!   with a [`PatchError`]); [`Live`], [`Data`], [`Memo`], [`Events`] (failing with an
 //!   [`EventError`]), [`ObjectRef`], [`Retry`], [`Started`], [`Runtime`], a cron timer's
@@ -134,7 +134,7 @@
 //!   children (failing with a [`ChildError`]). [`Inject`] and [`BlockingSafe`] make your own
 //!   types injectable.
 //! - **Results and errors**: [`HandlerResult`], [`HandlerError`] with its [`ErrorKind`], and
-//!   [`BoxError`], the cause it boxes.
+//!   [`BoxError`], the cause it boxes; [`Action`], what a reconcile handler asks for next.
 //! - **Resources**: [`StaticResource`] (with its [`ScopeKind`]), [`ResourceInfo`], and
 //!   [`SchemalessStatus`] for a custom resource's status.
 //! - **The handler set**: [`Registry`], and [`RegistryError`] when it cannot be used.
@@ -147,7 +147,7 @@
 //!   reports of them, the hash ranges, the error of a write a standby refuses.
 //! - **[`stats`]**: the snapshots [`Operator::stats`] returns.
 //! - **[`engine`]**: the Kubernetes-free engine underneath — handler specs, the type-erased
-//!   handler interface, and the [`Supervisor`](engine::Supervisor) that runs daemons and timers.
+//!   handler interface, and the [`Supervisor`](engine::Supervisor) that runs every handler.
 //!   For driving the supervisor without Kubernetes, writing a handler without the attributes,
 //!   or testing filters against JSON objects.
 //! - **`testing`** (the `testing` feature): handlers run on simulated objects, and a live
@@ -158,9 +158,10 @@
 //! The user guide lives in the repository's `docs/` ([index]); its Rust blocks are compiled
 //! against this crate.
 //!
-//! - [Quick start], [daemons], [timers], [handlers] (signatures, injectable parameters, every
-//!   option), [filters], [patches and results][patches], [errors and retries][errors],
-//!   [finalizers and deletion][finalizers], [shutdown], [events and logging][events-and-logging].
+//! - [Quick start], [daemons], [timers], [reconcile handlers][reconcile], [handlers]
+//!   (signatures, injectable parameters, every option), [filters], [patches and
+//!   results][patches], [errors and retries][errors], [finalizers and deletion][finalizers],
+//!   [shutdown], [events and logging][events-and-logging].
 //! - [Testing your operator][testing], [deploying] (RBAC, probes), [operations],
 //!   [reliability] (what happens when the API server misbehaves), [high availability]
 //!   (several replicas, leader election, fencing).
@@ -170,6 +171,7 @@
 //! [Quick start]: https://github.com/kopf-rs/kopf-rs/blob/main/docs/quickstart.md
 //! [daemons]: https://github.com/kopf-rs/kopf-rs/blob/main/docs/daemons.md
 //! [timers]: https://github.com/kopf-rs/kopf-rs/blob/main/docs/timers.md
+//! [reconcile]: https://github.com/kopf-rs/kopf-rs/blob/main/docs/reconcile.md
 //! [handlers]: https://github.com/kopf-rs/kopf-rs/blob/main/docs/handlers.md
 //! [filters]: https://github.com/kopf-rs/kopf-rs/blob/main/docs/filters.md
 //! [patches]: https://github.com/kopf-rs/kopf-rs/blob/main/docs/patches.md
@@ -199,6 +201,7 @@ pub mod testing;
 pub use crate::core::diff::{Diff, DiffItem, DiffOp};
 pub use crate::core::object::ObjectRef;
 pub use crate::core::outcome::{BoxError, ErrorKind, HandlerError, HandlerResult};
+pub use crate::core::reconcile::action::Action;
 pub use crate::core::resource::ResourceInfo;
 pub use crate::core::sink::PatchError;
 pub use crate::core::stop::{StopReason, Stopper};
@@ -212,7 +215,7 @@ pub use crate::operator::OperatorArgs;
 pub use crate::operator::{EventError, Events, Operator, OperatorBuilder, OperatorError};
 #[cfg(feature = "logging")]
 pub use crate::operator::{LogFormat, LoggingError, init_logging};
-pub use kopf_macros::{daemon, on_create, on_delete, on_resume, on_update, timer};
+pub use kopf_macros::{daemon, on_create, on_delete, on_resume, on_update, reconcile, timer};
 /// The official Prometheus client, whose registry the operator's `/metrics` serves: register
 /// your own metrics into a [`Registry`](prometheus_client::registry::Registry) and give it to
 /// [`OperatorBuilder::metrics_registry`] (re-exported so that its version is the operator's).
@@ -226,8 +229,9 @@ pub use prometheus_client;
 
 /// The names nearly every operator file uses: `use kopf_runtime::prelude::*;`.
 ///
-/// - the attributes [`daemon`], [`timer`], [`on_create`], [`on_update`], [`on_delete`] and
-///   [`on_resume`];
+/// - the attributes [`daemon`], [`timer`], [`on_create`], [`on_update`], [`on_delete`],
+///   [`on_resume`] and [`reconcile`], with the [`Action`] a reconcile handler returns and the
+///   [`Children`] it applies;
 /// - [`Operator`], to run the handlers from `main`;
 /// - the parameters most handlers take: [`Stopper`], [`Patch`], [`Live`], [`Data`],
 ///   [`Memo`], [`Retry`] and [`Events`], and the change handlers' [`FieldChange`] and [`Old`];
@@ -252,8 +256,9 @@ pub use prometheus_client;
 /// ```
 pub mod prelude {
     pub use crate::{
-        Data, Events, FieldChange, HandlerError, HandlerResult, Live, Memo, Old, Operator, Patch,
-        Retry, Stopper, daemon, on_create, on_delete, on_resume, on_update, timer,
+        Action, Children, Data, Events, FieldChange, HandlerError, HandlerResult, Live, Memo, Old,
+        Operator, Patch, Retry, Stopper, daemon, on_create, on_delete, on_resume, on_update,
+        reconcile, timer,
     };
 }
 
@@ -261,10 +266,12 @@ pub mod prelude {
 #[doc(hidden)]
 pub mod __private {
     pub use crate::handler::{
-        ChangeHandlerKind, DaemonKind, HandlerReturn, PreparedCall, TimerKind, assert_blocking_safe,
+        ChangeHandlerKind, CleanupFn, DaemonKind, HandlerReturn, PreparedCall, ReconcileReturn,
+        TimerKind, assert_blocking_safe, kind_ref, map_related, start_cleanup,
     };
     pub use inventory;
     pub use kube::api::DynamicObject;
+    pub use serde_json;
 
     /// The children's and related objects' watches, until the operator starts them itself
     /// for reconcile handlers (the integration tests drive them directly).

@@ -1,4 +1,4 @@
-//! trybuild UI tests of `#[daemon]`, `#[timer]` and the change handlers (`#[on_create]`,
+//! trybuild UI tests of `#[daemon]`, `#[timer]`, `#[reconcile]` and the change handlers (`#[on_create]`,
 //! `#[on_update]`, `#[on_delete]`, `#[on_resume]`): `tests/ui/fail` (one mistake per file, each
 //! with its blessed `.stderr`) and `tests/ui/pass` (compiled and run).
 //!
@@ -24,10 +24,10 @@ fn cases(dir: &str) -> usize {
 fn ui() {
     // trybuild passes silently when a glob matches nothing: make sure the cases are there.
     assert!(
-        cases("ui/fail") >= 67,
-        "expected at least 67 compile_fail cases"
+        cases("ui/fail") >= 82,
+        "expected at least 82 compile_fail cases"
     );
-    assert!(cases("ui/pass") >= 11, "expected the pass cases");
+    assert!(cases("ui/pass") >= 12, "expected the pass cases");
     let t = trybuild::TestCases::new();
     t.pass("ui/pass/*.rs");
     t.compile_fail("ui/fail/*.rs");

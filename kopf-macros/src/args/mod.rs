@@ -4,6 +4,7 @@
 
 pub(crate) mod duration;
 pub(crate) mod filters;
+pub(crate) mod reconcile;
 pub(crate) mod values;
 
 use darling::FromMeta;
@@ -13,6 +14,7 @@ use proc_macro2::TokenStream;
 
 pub(crate) use duration::DurationArg;
 pub(crate) use filters::{MetaArg, MetaCondition};
+pub(crate) use reconcile::{CleanupArg, TypeList, WatchList};
 pub(crate) use values::{
     Callable, CratePath, DelayArg, ErrorsArg, Flag, Literal, MissedArg, ValueArg,
 };
@@ -53,6 +55,11 @@ pub(crate) struct RawArgs {
     pub(crate) plural: Option<SpannedValue<String>>,
     pub(crate) kind: Option<SpannedValue<String>>,
     pub(crate) namespaced: Option<SpannedValue<bool>>,
+    pub(crate) owns: Option<SpannedValue<TypeList>>,
+    pub(crate) watches: Option<SpannedValue<WatchList>>,
+    pub(crate) backoff_max: Option<DurationArg>,
+    pub(crate) debounce: Option<DurationArg>,
+    pub(crate) cleanup: Option<CleanupArg>,
 }
 
 fn option_name(item: &NestedMeta) -> Option<(String, &syn::Path)> {

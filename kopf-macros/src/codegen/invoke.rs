@@ -50,6 +50,12 @@ fn convert(model: &HandlerModel, value: &TokenStream) -> TokenStream {
         Kind::Create | Kind::Update | Kind::Delete | Kind::Resume => {
             quote!(#krate::__private::ChangeHandlerKind)
         }
+        Kind::Reconcile => TokenStream::new(),
+    };
+    let convert = if model.kind == Kind::Reconcile {
+        quote!(#krate::__private::ReconcileReturn::into_result)
+    } else {
+        quote!(#krate::__private::HandlerReturn::<#kind>::into_result)
     };
     let span = model
         .function
@@ -58,10 +64,7 @@ fn convert(model: &HandlerModel, value: &TokenStream) -> TokenStream {
         .map_or_else(|| model.function.ident.span(), Spanned::span);
     // Every token of the conversion, and the value's name, sit on the return type, so an
     // unsupported return type is reported there.
-    let convert = respan(
-        quote!(#krate::__private::HandlerReturn::<#kind>::into_result),
-        span,
-    );
+    let convert = respan(convert, span);
     let returned = syn::Ident::new("__kopf_returned", Span::mixed_site().located_at(span));
     quote! {{
         let #returned = #value;

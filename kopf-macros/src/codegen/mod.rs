@@ -86,6 +86,52 @@ fn initial_delay_fn(model: &HandlerModel, object: &TokenStream) -> TokenStream {
     }
 }
 
+/// A reconcile handler's `cleanup` (none for the other kinds, nor without the option): the
+/// user's function started with its parameters injected, any misfit spanned on its path.
+fn cleanup_fn(model: &HandlerModel, object: &TokenStream) -> TokenStream {
+    let krate = &model.krate;
+    let Some(cleanup) = model.reconcile.as_ref().and_then(|r| r.cleanup.as_ref()) else {
+        return TokenStream::new();
+    };
+    let start = quote_spanned! {cleanup.span()=>
+        #krate::__private::start_cleanup::<#object, _, _>(#cleanup, __kopf_invocation)
+    };
+    quote! {
+        fn cleanup(
+            __kopf_invocation: #krate::engine::Invocation,
+        ) -> ::core::result::Result<#krate::engine::Call, #krate::HandlerError> {
+            #start
+        }
+    }
+}
+
+/// The map functions of a reconcile handler's `watches` (see `spec::map_fn_name`): the related
+/// object's body decoded into its type and given to the user's function, spanned on its path.
+fn map_fns(model: &HandlerModel) -> TokenStream {
+    let krate = &model.krate;
+    let Some(reconcile) = &model.reconcile else {
+        return TokenStream::new();
+    };
+    let fns = reconcile
+        .watches
+        .iter()
+        .enumerate()
+        .map(|(index, (ty, map))| {
+            let name = spec::map_fn_name(index);
+            let call = quote_spanned! {map.span()=>
+                #krate::__private::map_related::<#ty, _>(__kopf_body, #map)
+            };
+            quote! {
+                fn #name(
+                    __kopf_body: &#krate::__private::serde_json::Value,
+                ) -> ::std::vec::Vec<#krate::engine::Target> {
+                    #call
+                }
+            }
+        });
+    quote!(#(#fns)*)
+}
+
 /// The handler struct, its `TypedHandler` impl and its registration, inside `const _`.
 pub(crate) fn generate(model: &HandlerModel) -> TokenStream {
     let krate = &model.krate;
@@ -99,6 +145,8 @@ pub(crate) fn generate(model: &HandlerModel) -> TokenStream {
     let when = when_fn(model, &object);
     let initial_delay = initial_delay_fn(model, &object);
     let invoke = invoke::invoke_fn(model, &object);
+    let cleanup = cleanup_fn(model, &object);
+    let maps = map_fns(model);
     quote! {
         #[doc(hidden)]
         const _: () = {
@@ -114,7 +162,10 @@ pub(crate) fn generate(model: &HandlerModel) -> TokenStream {
                 #when
                 #initial_delay
                 #invoke
+                #cleanup
             }
+
+            #maps
 
             #krate::__private::inventory::submit! {
                 #krate::engine::Registration::new::<__kopf_Handler>()

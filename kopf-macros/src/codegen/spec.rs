@@ -8,8 +8,8 @@ use syn::spanned::Spanned;
 
 use crate::kind::Kind;
 use crate::model::{
-    Cron, Delay, ErrorsMode, Field, HandlerModel, JsonLiteral, MetaFilter, Missed, ValueFilter,
-    Watched,
+    Cron, Delay, ErrorsMode, Field, HandlerModel, JsonLiteral, MetaFilter, Missed, Reconcile,
+    ValueFilter, Watched,
 };
 
 /// `::core::time::Duration::new(secs, nanos)`.
@@ -109,6 +109,7 @@ pub(crate) fn spec(model: &HandlerModel) -> TokenStream {
         Kind::Update => quote!(#krate::engine::HandlerKind::Update),
         Kind::Delete => quote!(#krate::engine::HandlerKind::Delete),
         Kind::Resume => quote!(#krate::engine::HandlerKind::Resume),
+        Kind::Reconcile => quote!(#krate::engine::HandlerKind::Reconcile),
     };
     let errors = match model.errors {
         ErrorsMode::Temporary => quote!(#krate::engine::ErrorsMode::Temporary),
@@ -117,7 +118,10 @@ pub(crate) fn spec(model: &HandlerModel) -> TokenStream {
     };
     let blocking = !model.function.is_async;
     let backoff = model.backoff.map_or_else(
-        || quote!(#krate::engine::HandlerSpec::DEFAULT_BACKOFF),
+        || match model.kind {
+            Kind::Reconcile => quote!(#krate::engine::ReconcileOptions::DEFAULT_BACKOFF),
+            _ => quote!(#krate::engine::HandlerSpec::DEFAULT_BACKOFF),
+        },
         duration,
     );
     let backoff_set = model.backoff.is_some();
@@ -143,6 +147,7 @@ pub(crate) fn spec(model: &HandlerModel) -> TokenStream {
     let annotations = meta_filters(krate, &model.annotations);
     let field = field(krate, model.field.as_ref());
     let change = change(krate, model.watch.as_ref());
+    let reconcile = reconcile(krate, model.reconcile.as_ref());
     quote! {
         #krate::engine::HandlerSpec {
             location: #krate::engine::SourceLocation {
@@ -164,6 +169,7 @@ pub(crate) fn spec(model: &HandlerModel) -> TokenStream {
             cancellation_polling: #cancellation_polling,
             schedule: #schedule,
             change: #change,
+            reconcile: #reconcile,
             filters: #krate::engine::Filters {
                 labels: #labels,
                 annotations: #annotations,
@@ -171,6 +177,53 @@ pub(crate) fn spec(model: &HandlerModel) -> TokenStream {
                 ..#krate::engine::HandlerSpec::new(#id, #kind).filters
             },
             ..#krate::engine::HandlerSpec::new(#id, #kind)
+        }
+    }
+}
+
+/// The name of the generated map function of the `index`th `watches` entry.
+pub(crate) fn map_fn_name(index: usize) -> syn::Ident {
+    quote::format_ident!("__kopf_map_{}", index)
+}
+
+/// A reconcile handler's options (`ReconcileOptions::NONE` for the other kinds). The maps of
+/// `watches` are the functions [`map_fn_name`] names, generated beside the handler.
+fn reconcile(krate: &syn::Path, reconcile: Option<&Reconcile>) -> TokenStream {
+    let Some(Reconcile {
+        owns,
+        watches,
+        backoff_max,
+        debounce,
+        cleanup,
+    }) = reconcile
+    else {
+        return quote!(#krate::engine::ReconcileOptions::NONE);
+    };
+    let owns = owns.iter().map(|ty| {
+        quote_spanned!(ty.span()=> #krate::__private::kind_ref::<#ty> as fn() -> #krate::engine::KindRef)
+    });
+    let watches = watches.iter().enumerate().map(|(index, (ty, _))| {
+        let map = map_fn_name(index);
+        quote! {
+            #krate::engine::Related {
+                kind: #krate::__private::kind_ref::<#ty>,
+                map: #map,
+            }
+        }
+    });
+    let backoff_max = backoff_max.map_or_else(
+        || quote!(#krate::engine::ReconcileOptions::DEFAULT_BACKOFF_MAX),
+        duration,
+    );
+    let debounce = opt_duration(*debounce);
+    let cleanup = cleanup.is_some();
+    quote! {
+        #krate::engine::ReconcileOptions {
+            owns: &[#(#owns),*],
+            watches: &[#(#watches),*],
+            backoff_max: #backoff_max,
+            debounce: #debounce,
+            cleanup: #cleanup,
         }
     }
 }

@@ -13,12 +13,50 @@ const TIMER_ONLY: &[&str] = &[
 ];
 /// Options only `#[daemon]` accepts.
 const DAEMON_ONLY: &[&str] = &["cancellation_polling"];
+/// Options only `#[reconcile]` accepts.
+const RECONCILE_ONLY: &[&str] = &["owns", "watches", "backoff_max", "debounce", "cleanup"];
+
+/// Why `#[reconcile]` rejects the option `name` of another kind, if it does.
+fn refused_by_reconcile(name: &str) -> Option<String> {
+    let why = match name {
+        n if TIMER_ONLY.contains(&n) => {
+            "`#[reconcile]` runs when something changes; for periodic runs return \
+             `Action::requeue(delay)`"
+        }
+        "cancellation_polling" => {
+            "a reconcile run is stopped with `cancellation_backoff` and `cancellation_timeout` only"
+        }
+        "initial_delay" => {
+            "`#[reconcile]` runs as soon as the object appears; `debounce` waits for quiet after \
+             each trigger"
+        }
+        "finalizer" | "optional" => {
+            "`#[reconcile]` holds the object's finalizer exactly when it has a `cleanup` to run \
+             on deletion"
+        }
+        "retries" | "retry_timeout" => {
+            "`#[reconcile]` retries until it succeeds, backing off from `backoff` up to \
+             `backoff_max`; return `HandlerError::permanent` to wait for the next change instead"
+        }
+        _ => return None,
+    };
+    Some(format!("`{name}` does not apply to `#[reconcile]`: {why}"))
+}
 
 /// Why `kind` rejects the option `name`, if it is an option of other kinds: such options are
 /// reported by name (rather than as unknown), with what to write instead. Given to
 /// [`crate::args::parse`], which leaves them out.
 pub(crate) fn refused_option(kind: Kind, name: &str) -> Option<String> {
     let attr = kind.attr();
+    if kind == Kind::Reconcile {
+        return refused_by_reconcile(name);
+    }
+    if RECONCILE_ONLY.contains(&name) {
+        return Some(format!(
+            "`{name}` is a `#[reconcile]` option: `{attr}` has no children, related objects, \
+             error backoff schedule, debounce or cleanup"
+        ));
+    }
     let runs = match kind {
         Kind::Timer => None,
         Kind::Daemon => Some("a daemon runs once per object for as long as it matches"),
@@ -28,6 +66,7 @@ pub(crate) fn refused_option(kind: Kind, name: &str) -> Option<String> {
         Kind::Resume => {
             Some("`#[on_resume]` runs once, when the operator starts watching the object")
         }
+        Kind::Reconcile => None, // answered above
     };
     if let Some(runs) = runs.filter(|_| TIMER_ONLY.contains(&name)) {
         return Some(format!(
@@ -78,13 +117,16 @@ pub(crate) fn refused_option(kind: Kind, name: &str) -> Option<String> {
 }
 
 /// Whether the handler holds the object's finalizer. Daemons and timers: `finalizer` (default
-/// `true`); `#[on_delete]`: unless `optional`; the other change handlers never do.
+/// `true`); `#[on_delete]`: unless `optional`; `#[reconcile]`: with a `cleanup`; the other
+/// change handlers never do.
 pub(crate) fn finalizer(
     kind: Kind,
     finalizer: Option<&SpannedValue<bool>>,
     optional: Option<&SpannedValue<Flag>>,
+    cleanup: bool,
 ) -> bool {
     match kind {
+        Kind::Reconcile => cleanup,
         Kind::Daemon | Kind::Timer => finalizer.is_none_or(|f| **f),
         Kind::Delete => !optional.is_some_and(|o| o.0),
         Kind::Create | Kind::Update | Kind::Resume => false,

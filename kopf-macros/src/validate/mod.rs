@@ -10,6 +10,7 @@
 //!     ├── filters.rs   labels(...), annotations(...), field/value
 //!     ├── timer.rs     the schedule ──▶ cron.rs (cron, tz, missed)
 //!     ├── change.rs    the change handlers: the watched field, Old/Diff/FieldChange
+//!     ├── reconcile.rs `#[reconcile]`: owns, watches, backoff_max, debounce, cleanup, returns
 //!     └── error.rs     err: a message on a token (used by all of the above)
 //! ```
 //!
@@ -22,6 +23,7 @@ mod cron;
 mod error;
 mod filters;
 mod kinds;
+mod reconcile;
 mod resource;
 mod timer;
 
@@ -31,7 +33,7 @@ pub(crate) use kinds::refused_option;
 
 use crate::args::RawArgs;
 use crate::kind::Kind;
-use crate::model::{Field, Function, HandlerModel, MetaFilter, Resource, Schedule};
+use crate::model::{Field, Function, HandlerModel, MetaFilter, Reconcile, Resource, Schedule};
 use crate::signature::Signature;
 
 /// What the checks that produce a value produced.
@@ -42,6 +44,7 @@ struct Checked {
     labels: Vec<(String, MetaFilter)>,
     annotations: Vec<(String, MetaFilter)>,
     field: Option<Field>,
+    reconcile: Option<Reconcile>,
 }
 
 /// Runs every check; all errors together.
@@ -53,12 +56,28 @@ fn check(kind: Kind, args: &RawArgs, sig: &Signature, attr: Span) -> darling::Re
     let labels = errors.handle(filters::meta_filters(args.labels.as_ref(), true));
     let annotations = errors.handle(filters::meta_filters(args.annotations.as_ref(), false));
     let field = errors.handle(filters::field(args.field.as_ref(), args.value.as_ref()));
+    let reconcile = errors.handle(reconcile::reconcile(kind, args, sig));
     errors.handle(change::params(kind, sig, args.field.is_some()));
     errors.handle(common::durations(args));
     errors.handle(common::retries(args.retries.as_ref()));
     errors.finish()?;
-    let (Some(id), Some(resource), Some(schedule), Some(labels), Some(annotations), Some(field)) =
-        (id, resource, schedule, labels, annotations, field)
+    let (
+        Some(id),
+        Some(resource),
+        Some(schedule),
+        Some(labels),
+        Some(annotations),
+        Some(field),
+        Some(reconcile),
+    ) = (
+        id,
+        resource,
+        schedule,
+        labels,
+        annotations,
+        field,
+        reconcile,
+    )
     else {
         // Each check either succeeded or pushed an error, so this is not reached.
         return Err(darling::Error::custom(
@@ -72,6 +91,7 @@ fn check(kind: Kind, args: &RawArgs, sig: &Signature, attr: Span) -> darling::Re
         labels,
         annotations,
         field,
+        reconcile,
     })
 }
 
@@ -102,7 +122,12 @@ pub(crate) fn model(
         retry_timeout: args.retry_timeout.map(|d| d.value),
         timeout: args.timeout.map(|d| d.value),
         initial_delay: args.initial_delay.map(common::delay),
-        finalizer: kinds::finalizer(kind, args.finalizer.as_ref(), args.optional.as_ref()),
+        finalizer: kinds::finalizer(
+            kind,
+            args.finalizer.as_ref(),
+            args.optional.as_ref(),
+            args.cleanup.is_some(),
+        ),
         cancellation_backoff: args.cancellation_backoff.map(|d| d.value),
         cancellation_timeout: args.cancellation_timeout.map(|d| d.value),
         cancellation_polling: args.cancellation_polling.map(|d| d.value),
@@ -112,5 +137,6 @@ pub(crate) fn model(
         field,
         watch,
         when: args.when.map(|w| w.0),
+        reconcile: checked.reconcile,
     })
 }

@@ -178,6 +178,21 @@ pub trait ErasedHandler: Send + Sync + 'static {
     /// A [`HandlerError`] if a parameter cannot be injected (e.g. a missing service); the
     /// supervisor treats it like a failed invocation.
     fn invoke(&self, invocation: Invocation) -> Result<Call, HandlerError>;
+
+    /// Starts one invocation of a reconcile handler's cleanup (`#[reconcile(cleanup = f)]`),
+    /// which runs under the finalizer once the object is being deleted. Called only when
+    /// `spec().reconcile.cleanup` is set; the default has no cleanup to run.
+    ///
+    /// # Errors
+    /// A [`HandlerError`] if a parameter cannot be injected, or (the default) a permanent one:
+    /// the handler has no cleanup.
+    fn cleanup(&self, invocation: Invocation) -> Result<Call, HandlerError> {
+        let _ = invocation;
+        Err(HandlerError::permanent(format!(
+            "the handler `{}` has no cleanup",
+            self.spec().id
+        )))
+    }
 }
 
 impl fmt::Debug for dyn ErasedHandler {

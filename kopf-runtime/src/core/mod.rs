@@ -21,6 +21,7 @@ pub(crate) mod location;
 pub(crate) mod memo;
 pub(crate) mod object;
 pub(crate) mod outcome;
+pub(crate) mod reconcile;
 pub(crate) mod resource;
 pub(crate) mod result_patch;
 pub(crate) mod sink;

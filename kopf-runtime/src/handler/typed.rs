@@ -66,6 +66,19 @@ pub trait TypedHandler: Send + Sync + 'static {
     /// # Errors
     /// A [`HandlerError`] when a parameter cannot be injected.
     fn invoke(invocation: Invocation) -> Result<Call, HandlerError>;
+
+    /// Injects the parameters of a reconcile handler's cleanup and starts it (default: no
+    /// cleanup; see [`ErasedHandler::cleanup`]).
+    ///
+    /// # Errors
+    /// A [`HandlerError`] when a parameter cannot be injected, or the handler has no cleanup.
+    fn cleanup(invocation: Invocation) -> Result<Call, HandlerError> {
+        let _ = invocation;
+        Err(HandlerError::permanent(format!(
+            "the handler `{}` has no cleanup",
+            Self::SPEC.id
+        )))
+    }
 }
 
 /// The type-erased view of a [`TypedHandler`], as the supervisor uses it.
@@ -124,5 +137,9 @@ impl<H: TypedHandler> ErasedHandler for Erased<H> {
 
     fn invoke(&self, invocation: Invocation) -> Result<Call, HandlerError> {
         H::invoke(invocation)
+    }
+
+    fn cleanup(&self, invocation: Invocation) -> Result<Call, HandlerError> {
+        H::cleanup(invocation)
     }
 }

@@ -33,6 +33,7 @@ use serde_json::Value;
 use self::world::World;
 use crate::core::erased::Services;
 use crate::core::object::ObjectRef;
+use crate::core::reconcile::kinds::Trigger;
 use crate::core::resource::ResourceInfo;
 use crate::core::sink::PatchSinkHandle;
 use crate::core::supervisor::{Stats, Supervisor, SupervisorConfig};
@@ -134,6 +135,54 @@ impl Simulation {
     /// If there is no such object.
     pub fn delete<K: StaticResource>(&self, namespace: Option<&str>, name: &str) {
         lock(&self.world).delete(&K::resource_info(), namespace, name);
+    }
+
+    /// Asks the reconcile handlers of the object `name` (in `namespace` for a namespaced kind)
+    /// to run, as a change of one of its children or related objects would
+    /// (`engine::Trigger::External`). `false` if there is no such object.
+    ///
+    /// ```rust,standalone_crate
+    /// use std::sync::Arc;
+    /// use std::sync::atomic::{AtomicU32, Ordering};
+    /// use std::time::Duration;
+    ///
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// use kopf_runtime::testing::Simulation;
+    /// use kopf_runtime::{Action, HandlerError, Registry, reconcile};
+    ///
+    /// static RUNS: AtomicU32 = AtomicU32::new(0);
+    ///
+    /// #[reconcile]
+    /// async fn count_runs(_cm: Arc<ConfigMap>) -> Result<Action, HandlerError> {
+    ///     RUNS.fetch_add(1, Ordering::SeqCst);
+    ///     Ok(Action::await_change())
+    /// }
+    ///
+    /// #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// async fn main() {
+    ///     let sim = Simulation::new(&Registry::from_inventory().unwrap());
+    ///     let mut cm = ConfigMap::default();
+    ///     cm.metadata.name = Some("settings".into());
+    ///     sim.create(&cm);
+    ///     tokio::time::sleep(Duration::from_secs(1)).await;
+    ///     assert_eq!(RUNS.load(Ordering::SeqCst), 1); // it appeared
+    ///     assert!(sim.trigger::<ConfigMap>(Some("default"), "settings"));
+    ///     tokio::time::sleep(Duration::from_secs(1)).await;
+    ///     assert_eq!(RUNS.load(Ordering::SeqCst), 2); // triggered
+    ///     assert!(!sim.trigger::<ConfigMap>(Some("default"), "nothing"));
+    ///     sim.shutdown().await;
+    /// }
+    /// ```
+    #[must_use = "whether the object exists"]
+    pub fn trigger<K: StaticResource>(&self, namespace: Option<&str>, name: &str) -> bool {
+        let Some(supervisor) = self.kinds.get(&K::resource_info()) else {
+            return false;
+        };
+        let Some(uid) = supervisor.uid_of(namespace, name) else {
+            return false;
+        };
+        supervisor.trigger(&uid, Trigger::External);
+        true
     }
 
     /// The object as it is now (with its status, annotations and finalizers), if it exists.

@@ -12,6 +12,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::daemons::task::InstanceKind;
+use super::reconcile;
 use super::run::runner::Runner;
 use super::run::state::{
     Active, Ended, Exit, InstanceShared, Lingering, ObjectEntry, Run, Seen, State, SupervisorCore,
@@ -59,6 +60,9 @@ impl SupervisorCore {
         let matches: Vec<Match> = (self.handlers.iter())
             .map(|h| match h.spec().kind {
                 HandlerKind::Delete => evaluate(h.as_ref(), &object),
+                _ if deleting && reconcile::matches_while_deleting(h.spec()) => {
+                    evaluate(h.as_ref(), &object)
+                }
                 _ if deleting => Match::No,
                 _ => evaluate(h.as_ref(), &object),
             })
@@ -183,6 +187,10 @@ impl SupervisorCore {
         };
         let ending = entry.gone || entry.deleting;
         for index in 0..entry.slots.len() {
+            if self.handlers[index].spec().kind == HandlerKind::Reconcile {
+                spawned += self.reconcile_slot(entry, index, paused, may_spawn);
+                continue;
+            }
             let Some(kind) = InstanceKind::of(self.handlers[index].spec().kind) else {
                 continue; // run by the object's change task
             };
@@ -233,6 +241,57 @@ impl SupervisorCore {
         }
     }
 
+    /// Brings the slot of reconcile handler `index` in line (see `reconcile/`): stops what must
+    /// stop, starts the loop or the cleanup. How many instances it started.
+    fn reconcile_slot(
+        self: &Arc<Self>,
+        entry: &mut ObjectEntry,
+        index: usize,
+        paused: bool,
+        may_spawn: bool,
+    ) -> usize {
+        let spec = self.handlers[index].spec();
+        let ending = entry.gone || entry.deleting;
+        let part = entry.parts.get::<reconcile::Triggers>();
+        let cleaning = part.is_some_and(|p| p.cleaning(index));
+        let slot = &mut entry.slots[index];
+        match &slot.run {
+            Run::Active(active) => {
+                let loop_reason = stop_reason(ending, paused, slot.matched);
+                let reason = reconcile::stop_reason(cleaning, entry.gone, paused, loop_reason);
+                if !reason.is_empty() {
+                    active.shared.stop(reason);
+                }
+                return 0;
+            }
+            Run::Lingering(_) | Run::Done => return 0,
+            Run::Idle => {}
+        }
+        let wanted = reconcile::wanted(
+            spec,
+            slot.matched,
+            entry.deleting,
+            entry.gone,
+            entry.finalizer_on,
+        );
+        let Some(wanted) = wanted.filter(|_| may_spawn) else {
+            return 0;
+        };
+        if entry.parts.get::<reconcile::Triggers>().is_none() {
+            entry.parts.insert(reconcile::Triggers::default());
+        }
+        let Some(part) = entry.parts.get_mut::<reconcile::Triggers>() else {
+            return 0;
+        };
+        part.started(index, wanted);
+        let triggers = part.subscribe();
+        let shared = Arc::new(InstanceShared::default());
+        let runner = Runner::new(self, entry, index, Arc::clone(&shared));
+        entry.slots[index].run = Run::Active(Active { shared });
+        reconcile::spawn(runner, wanted, triggers);
+        1
+    }
+
     /// Whether handler `index` starts only once the finalizer is on the object (see
     /// `SupervisorConfig::daemons_await_finalizer`).
     fn awaits_finalizer(&self, index: usize) -> bool {
@@ -253,6 +312,15 @@ impl SupervisorCore {
                     && match slot.run {
                         Run::Active(_) => true,
                         // Abandoned work does not hold the object; a respawn would.
+                        Run::Idle | Run::Lingering(_) if spec.kind == HandlerKind::Reconcile => {
+                            reconcile::holds_idle(
+                                spec,
+                                slot.matched,
+                                entry.deleting,
+                                entry.gone,
+                                entry.finalizer_on,
+                            )
+                        }
                         Run::Idle | Run::Lingering(_) => {
                             slot.matched && !entry.deleting && !entry.gone
                         }

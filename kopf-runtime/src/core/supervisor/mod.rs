@@ -9,10 +9,11 @@
 //! ```text
 //!  mod (the handle), lifecycle (per object: match, spawn, stop, finalizer), shutdown
 //!      │ dispatches to
-//!      ├──────────────────────────────┬──────────────────────────────┐
-//!  daemons/  task ─▶ daemon, timer, cron     changes/  mod (reconcile) ─▶ task ─▶ state
-//!      │ built on                     │                 │ rules: core/changes (pure)
-//!      ▼                              ▼                 ▼
+//!      ├──────────────────────────────┬──────────────────────────────┬─────────────────────────┐
+//!  daemons/  task ─▶ daemon, timer, cron     changes/  mod (reconcile) ─▶ task ─▶ state   reconcile/
+//!      │ built on                     │                 │ rules: core/changes (pure)    task ─▶ run,
+//!      ▼                              ▼                 ▼                   cleanup; part; rules:
+//!                                                                           core/reconcile (pure)
 //!  run/  the small core: state (objects, slots, a kind's own state as `parts`), runner,
 //!        invoke (timeout, stop ladder, threads), road (the one road for results: effects and
 //!        the output sink), meter, census, stats, report, outputs, instance, blocking
@@ -24,12 +25,13 @@
 //!
 //! `config` holds the operator-wide [`SupervisorConfig`], with the output sink every kind's
 //! results are stored through. The behaviour is documented in `docs/daemons.md`,
-//! `docs/timers.md` and `docs/change-handlers.md`.
+//! `docs/timers.md`, `docs/change-handlers.md` and `docs/reconcile.md`.
 
 pub(crate) mod changes;
 mod config;
 pub(crate) mod daemons;
 mod lifecycle;
+pub(crate) mod reconcile;
 pub(crate) mod rules;
 pub(crate) mod run;
 mod shutdown;
@@ -57,6 +59,7 @@ use crate::core::clearance::Clearance;
 use crate::core::effects::Effect;
 use crate::core::erased::{ErasedHandler, Services};
 use crate::core::object::ObjectState;
+use crate::core::reconcile::kinds::Trigger;
 use crate::core::spec::HandlerKind;
 use crate::core::stop::StopReason;
 
@@ -173,7 +176,8 @@ impl Supervisor {
         let meters = metered.then(|| handlers.iter().map(|_| HandlerMeter::default()).collect());
         let needs_essence = handlers.iter().any(|h| {
             let spec = h.spec();
-            spec.kind == HandlerKind::Timer && spec.schedule.idle.is_some()
+            (spec.kind == HandlerKind::Timer && spec.schedule.idle.is_some())
+                || spec.kind == HandlerKind::Reconcile
         });
         let changes =
             changes::state::Changes::build(&handlers, &config.annotation_prefix, &config.finalizer)
@@ -357,6 +361,43 @@ impl Supervisor {
             .collect();
         uids.sort();
         uids
+    }
+
+    /// Asks the reconcile handlers of the object `uid` to run (a child or a related object
+    /// changed; `cause` is for logs), coalesced and debounced as their rules say. A no-op for an
+    /// unknown, gone or deleting object, or one without a reconcile instance (a paused or
+    /// out-of-scope object is reconciled anyway when it resumes).
+    ///
+    /// ```
+    /// # use kopf_runtime::engine::*;
+    /// # let (supervisor, _) = Supervisor::new(Vec::new(), Services::default(), SupervisorConfig::default());
+    /// supervisor.trigger("unknown-uid", Trigger::Child); // nothing to run: nothing happens
+    /// ```
+    pub fn trigger(&self, uid: &str, cause: Trigger) {
+        let state = self.inner().lock();
+        let entry = state.objects.get(uid).filter(|e| !e.gone && !e.deleting);
+        if let Some(triggers) = entry.and_then(|e| e.parts.get::<reconcile::Triggers>()) {
+            triggers.send(cause);
+        }
+    }
+
+    /// The UID of the tracked object `namespace`/`name` (`None` namespace: cluster-scoped), to
+    /// resolve a related object's [`Target`](crate::engine::Target); a scan of the objects.
+    ///
+    /// ```
+    /// # use kopf_runtime::engine::*;
+    /// # let (supervisor, _) = Supervisor::new(Vec::new(), Services::default(), SupervisorConfig::default());
+    /// let meta = serde_json::json!({"name": "a", "namespace": "ns", "uid": "u"});
+    /// supervisor.observe(ObjectState::from_json(serde_json::json!({"metadata": meta})).unwrap());
+    /// assert_eq!(supervisor.uid_of(Some("ns"), "a").as_deref(), Some("u"));
+    /// ```
+    #[must_use]
+    pub fn uid_of(&self, namespace: Option<&str>, name: &str) -> Option<Arc<str>> {
+        let state = self.inner().lock();
+        let found = state.objects.iter().find(|(_, e)| {
+            !e.gone && *e.reference.name == *name && e.reference.namespace.as_deref() == namespace
+        });
+        found.map(|(uid, _)| Arc::clone(uid))
     }
 
     /// Pauses the operator (e.g. it lost leadership): every instance is stopped with

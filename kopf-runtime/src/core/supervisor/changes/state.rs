@@ -39,7 +39,7 @@ pub(crate) fn change_kind(kind: HandlerKind) -> Option<ChangeKind> {
         HandlerKind::Update => Some(ChangeKind::Update),
         HandlerKind::Delete => Some(ChangeKind::Delete),
         HandlerKind::Resume => Some(ChangeKind::Resume),
-        HandlerKind::Daemon | HandlerKind::Timer => None,
+        HandlerKind::Daemon | HandlerKind::Timer | HandlerKind::Reconcile => None,
     }
 }
 

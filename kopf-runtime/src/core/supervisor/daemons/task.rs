@@ -58,7 +58,8 @@ impl InstanceKind {
             HandlerKind::Create
             | HandlerKind::Update
             | HandlerKind::Delete
-            | HandlerKind::Resume => None,
+            | HandlerKind::Resume
+            | HandlerKind::Reconcile => None,
         }
     }
 }

@@ -126,7 +126,8 @@ impl State {
                 HandlerKind::Create
                 | HandlerKind::Update
                 | HandlerKind::Delete
-                | HandlerKind::Resume => {}
+                | HandlerKind::Resume
+                | HandlerKind::Reconcile => {}
             }
         }
         if let ShutdownPhase::Running(report) = &mut self.shutdown {

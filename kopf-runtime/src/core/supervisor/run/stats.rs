@@ -81,7 +81,8 @@ impl Stats {
                     HandlerKind::Create
                     | HandlerKind::Update
                     | HandlerKind::Delete
-                    | HandlerKind::Resume => continue,
+                    | HandlerKind::Resume
+                    | HandlerKind::Reconcile => continue,
                 };
                 if active.shared.is_stopping() {
                     *stopping += 1;

@@ -1,0 +1,14 @@
+#![allow(unused)]
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kopf_runtime::engine::Target;
+use kopf_runtime::{Action, HandlerError, daemon, reconcile};
+
+#[reconcile(debounce = "5 parsecs")]
+async fn sync(cm: Arc<ConfigMap>) -> Result<Action, HandlerError> {
+    Ok(Action::await_change())
+}
+
+fn main() {}
