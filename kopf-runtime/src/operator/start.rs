@@ -28,6 +28,7 @@ use super::ha::fence::Fence;
 use super::handle::{KindHandle, Operator};
 use super::health::{Health, KindHealth};
 use super::identity::Identity;
+use super::kind::relations::{self, Served};
 use super::kind::watch::Selection;
 use super::kind::{self, KindState, Shared};
 use super::limits::RateLimiter;
@@ -42,6 +43,7 @@ use super::transport;
 use crate::core::erased::ErasedHandler;
 use crate::core::resource::ResourceInfo;
 use crate::core::supervisor::{BlockingPool, SupervisorConfig};
+use crate::handler::ChildWrites;
 
 impl OperatorBuilder {
     /// Starts the operator in the background and returns its handle.
@@ -100,7 +102,8 @@ impl OperatorBuilder {
         let probe_stop = CancellationToken::new();
         let health_addr = serve_probes(&options, &health, &probe_stop).await?;
         let shared = shared(&options, &identity, client, &replicas);
-        let (kinds, states, watches) = launch(&shared, planned);
+        let server_timeout = options.watch_limits.server_timeout();
+        let (kinds, states, watches) = launch(&shared, planned, server_timeout);
         attach_metrics(
             metrics.as_ref(),
             &kinds,
@@ -261,15 +264,20 @@ async fn serve_probes(
 }
 
 /// Launches every kind: the handles, the states (which follow the scope) and the watch tasks.
+/// With the kinds, the watches that wake their reconcile handlers (children and related
+/// objects; `server_timeout` bounds each watch request).
 fn launch(
     shared: &Shared,
     planned: Vec<Planned>,
+    server_timeout: u32,
 ) -> (Vec<KindHandle>, Vec<Arc<KindState>>, Vec<AbortHandle>) {
     let mut kinds = Vec::new();
     let mut states = Vec::new();
     let mut watches = Vec::new();
+    let mut served = Vec::new();
     for (info, handlers, health) in planned {
-        let (state, watch) = kind::launch(shared, info, handlers, health.clone());
+        let (state, watch) = kind::launch(shared, info.clone(), handlers.clone(), health.clone());
+        served.push((info, state.common.supervisor.clone(), handlers));
         states.push(state.clone());
         kinds.push(KindHandle {
             common: state.common.clone(),
@@ -277,6 +285,21 @@ fn launch(
         });
         watches.push(watch);
     }
+    let served: Vec<Served<'_>> = (served.iter())
+        .map(|(info, supervisor, handlers)| Served {
+            info,
+            supervisor: supervisor.clone(),
+            handlers,
+        })
+        .collect();
+    let writes = (shared.services.get::<ChildWrites>())
+        .expect("the operator inserts its ChildWrites into the services");
+    watches.extend(relations::launch(
+        shared,
+        &served,
+        writes.echoes(),
+        server_timeout,
+    ));
     (kinds, states, watches)
 }
 
@@ -291,6 +314,10 @@ fn shared(options: &Options, identity: &Identity, client: Client, replicas: &Rep
         writes.clone(),
         options.error_causes_in_events,
     ));
+    // The apply helper's field manager and echo record: the user's, if one was inserted.
+    if services.get::<ChildWrites>().is_none() {
+        services.insert(ChildWrites::new(identity.field_manager.as_str()));
+    }
     let poster = services
         .get::<EventPoster>()
         .expect("the event poster was just inserted");

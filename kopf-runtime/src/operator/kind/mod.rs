@@ -15,6 +15,7 @@ pub(crate) mod common;
 pub(crate) mod effects;
 mod outputs;
 pub(crate) mod queue;
+pub(crate) mod relations;
 mod selector;
 mod sharded;
 pub(crate) mod watch;
