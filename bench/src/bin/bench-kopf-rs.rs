@@ -2,12 +2,14 @@
 //! with `#[timer]` / `#[daemon]`, run by `kopf_runtime::Operator` with its defaults (finalizers
 //! on, the default client-side request limits, human logs at the default level) until SIGTERM.
 //!
-//! Usage: `bench-kopf-rs timers | daemons | timers-write | daemons-ha | daemons-shard` with
+//! Usage: `bench-kopf-rs timers | daemons | timers-write | daemons-ha | daemons-shard | children` with
 //! `BENCH_FIRES` (the fire log). `daemons-ha` runs the daemons as one of several replicas with
 //! leader election (client-go's default timing; the Lease `kopf-bench` in the benchmark's
 //! namespace). `daemons-shard` runs them as one member of the sharded group `kopf-bench-shards`
 //! (client-go's default timing), with the identity in `BENCH_IDENTITY` (default: the operator's).
 //! `BENCH_METRICS=0` turns the operator's metrics off (to measure what they cost per fire).
+//! `children` (scenario 10) reconciles each object's three children (a ConfigMap, a Secret and a
+//! Service, as the kube-rs `Controller` arm does) with `#[reconcile]` and `Children`.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -18,7 +20,12 @@ use kopf_bench::names::{NAMESPACE, SHARD_GROUP};
 use kopf_bench::{FireLog, Tag};
 use kopf_examples::crd::KopfExample;
 use kopf_runtime::ha::{LeaderElection, Sharding};
-use kopf_runtime::{HandlerResult, LogFormat, Operator, Registry, Stopper, daemon, timer};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use kopf_bench::children;
+use kopf_runtime::{
+    Action, Children, HandlerError, HandlerResult, LogFormat, Operator, Registry, Stopper, daemon,
+    reconcile, timer,
+};
 use kube::ResourceExt as _;
 use serde_json::{Value, json};
 
@@ -58,15 +65,31 @@ async fn tick_daemon(obj: Arc<KopfExample>, stopper: Stopper) -> HandlerResult {
     Ok(())
 }
 
+/// Scenario 10: the object's three children, applied; looked at again in 300 s (as the kube-rs
+/// arm's `Action::requeue`), and whenever a child is changed by someone else.
+#[reconcile(owns(ConfigMap, Secret, Service), backoff = "1s", backoff_max = "5m")]
+async fn reconcile_children(
+    obj: Arc<KopfExample>,
+    kids: Children<KopfExample>,
+) -> Result<Action, HandlerError> {
+    let name = obj.name_any();
+    let field = obj.spec.field.as_deref().unwrap_or_default();
+    kids.apply("config", children::config_map(&name, field)).await?;
+    kids.apply("secret", children::secret(&name)).await?;
+    kids.apply("svc", children::service(&name)).await?;
+    Ok(Action::requeue(Duration::from_secs(300)))
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let mode = std::env::args()
         .nth(1)
-        .context("usage: bench-kopf-rs timers|daemons|timers-write|daemons-ha|daemons-shard")?;
+        .context("usage: bench-kopf-rs timers|daemons|timers-write|daemons-ha|daemons-shard|children")?;
     let id = match mode.as_str() {
         "timers" => "tick_timer",
         "timers-write" => "tick",
         "daemons" | "daemons-ha" | "daemons-shard" => "tick_daemon",
+        "children" => "reconcile_children",
         other => bail!("unknown mode {other:?}"),
     };
     let _ = LOG.set(FireLog::from_env()?);
