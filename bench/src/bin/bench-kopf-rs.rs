@@ -15,13 +15,13 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use kopf_bench::children;
 use kopf_bench::firelog::unix_nanos;
 use kopf_bench::names::{NAMESPACE, SHARD_GROUP};
 use kopf_bench::{FireLog, Tag};
 use kopf_examples::crd::KopfExample;
 use kopf_runtime::ha::{LeaderElection, Sharding};
-use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
-use kopf_bench::children;
 use kopf_runtime::{
     Action, Children, HandlerError, HandlerResult, LogFormat, Operator, Registry, Stopper, daemon,
     reconcile, timer,
@@ -74,7 +74,8 @@ async fn reconcile_children(
 ) -> Result<Action, HandlerError> {
     let name = obj.name_any();
     let field = obj.spec.field.as_deref().unwrap_or_default();
-    kids.apply("config", children::config_map(&name, field)).await?;
+    kids.apply("config", children::config_map(&name, field))
+        .await?;
     kids.apply("secret", children::secret(&name)).await?;
     kids.apply("svc", children::service(&name)).await?;
     Ok(Action::requeue(Duration::from_secs(300)))
@@ -82,9 +83,9 @@ async fn reconcile_children(
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let mode = std::env::args()
-        .nth(1)
-        .context("usage: bench-kopf-rs timers|daemons|timers-write|daemons-ha|daemons-shard|children")?;
+    let mode = std::env::args().nth(1).context(
+        "usage: bench-kopf-rs timers|daemons|timers-write|daemons-ha|daemons-shard|children",
+    )?;
     let id = match mode.as_str() {
         "timers" => "tick_timer",
         "timers-write" => "tick",
