@@ -234,13 +234,17 @@ async fn webapp(
     let config_name = config_map.metadata.name.unwrap_or_default();
     children.apply("", app.deployment(&config_name)).await?;
     children.apply("", app.service()).await?;
-    // The status only when it changes: a write of the same value would be a request for nothing.
-    let status = app.status(&children);
-    let current = parent.status.as_ref().and_then(|s| s.0.get("webapp"));
-    if current != Some(&status) {
+    if let Some(status) = changed(&parent, app.status(&children)) {
         patch.status("webapp", status);
     }
     Ok(Action::requeue(REQUEUE))
+}
+
+/// `status` if the parent's `status.webapp` differs from it: a write of the same value would be a
+/// request for nothing (the API server would not even store it).
+fn changed(parent: &KopfExample, status: Value) -> Option<Value> {
+    let current = parent.status.as_ref().and_then(|s| s.0.get("webapp"));
+    (current != Some(&status)).then_some(status)
 }
 
 #[tokio::main]
@@ -302,6 +306,29 @@ mod tests {
         for (field, items, error) in table {
             let got = App::of(&parent(*field, items));
             assert_eq!(got, Err((*error).to_owned()), "{field:?} {items:?}");
+        }
+    }
+
+    #[test]
+    fn the_status_is_written_only_when_it_changes() {
+        let with_status = |status: Option<Value>| {
+            let mut obj = parent(Some("i"), &[]);
+            obj.status = status.map(|s| serde_json::from_value(s).unwrap_or_default());
+            obj
+        };
+        let now = json!({"image": "i", "replicas": 1});
+        let table = [
+            (None, Some(now.clone())),
+            (Some(json!({"other": 1})), Some(now.clone())),
+            (
+                Some(json!({"webapp": {"image": "j", "replicas": 1}})),
+                Some(now.clone()),
+            ),
+            (Some(json!({"webapp": now.clone(), "other": 1})), None),
+        ];
+        for (before, want) in table {
+            let obj = with_status(before.clone());
+            assert_eq!(changed(&obj, now.clone()), want, "{before:?}");
         }
     }
 
