@@ -58,7 +58,6 @@ use crate::operator::watched::Watched;
 use crate::operator::write::finalizer::Finalizers;
 use crate::operator::write::patch::{KubePatchSink, StatusMode};
 use crate::operator::write::records::FinalizerView;
-use crate::operator::write::resync::Resync;
 use crate::operator::write::{RetrySettings, Writer, api_resource};
 
 /// What every kind of one operator shares.
@@ -371,16 +370,14 @@ impl KindState {
             .spawn(async move { events.warn(&regarding, reason, action, note).await });
     }
 
-    /// Tries the finalizer syncs that gave up earlier again when they are due, forever.
+    /// Tries the finalizer syncs that gave up earlier again when they are due, forever (asleep
+    /// while none waits).
     ///
     /// # Cancellation safety
     /// Cancel-safe: it only enqueues jobs.
     async fn resync_deferred(self: Arc<Self>) {
-        let mut tick = tokio::time::interval(Resync::TICK);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            tick.tick().await;
-            for uid in self.common.finalizers.due() {
+            for uid in self.common.finalizers.due().await {
                 debug!(resource = %self.common.info, uid = %uid, "trying a finalizer update again");
                 self.enqueue(uid, Job::Sync);
             }

@@ -100,8 +100,12 @@ impl Finalizers {
         })
     }
 
-    /// The objects whose deferred sync is due now (they are no longer deferred).
-    pub(crate) fn due(&self) -> Vec<Arc<str>> {
+    /// Waits until some deferred sync is due, then returns the objects due now.
+    ///
+    /// # Cancellation safety
+    /// Cancel-safe: nothing is taken before the wait ends.
+    pub(crate) async fn due(&self) -> Vec<Arc<str>> {
+        self.resync.next_due().await;
         self.resync.take_due(tokio::time::Instant::now())
     }
 

@@ -8,12 +8,16 @@
 //! sync gave up --defer--> due in 5 s --due: sync again--> gave up --defer--> due in 10 s ...
 //!                                                     \-> settled: forgotten     (cap 60 s)
 //! ```
+//!
+//! Nothing wakes while no sync waits: the loop that tries them sleeps until the earliest is
+//! due, or until one is deferred ([`Resync::next_due`]), so an operator at rest uses no CPU.
 
 use crate::core::sync::lock;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 /// One object whose sync is to be tried again.
@@ -27,18 +31,20 @@ struct Deferred {
 
 /// The objects of one kind whose finalizer sync is to be tried again, by UID.
 #[derive(Debug, Default)]
-pub(crate) struct Resync(Mutex<HashMap<Arc<str>, Deferred>>);
+pub(crate) struct Resync {
+    due: Mutex<HashMap<Arc<str>, Deferred>>,
+    /// Told of every deferral (a permit is kept when nobody waits).
+    deferred: Notify,
+}
 
 impl Resync {
     /// The delay after the first give-up.
     pub(crate) const FIRST: Duration = Duration::from_secs(5);
     /// The longest delay.
     pub(crate) const CAP: Duration = Duration::from_secs(60);
-    /// How often due syncs are looked for.
-    pub(crate) const TICK: Duration = Duration::from_secs(1);
 
     fn lock(&self) -> MutexGuard<'_, HashMap<Arc<str>, Deferred>> {
-        lock(&self.0)
+        lock(&self.due)
     }
 
     /// The sync of `uid` gave up: try again after the next delay. Returns the delay.
@@ -54,7 +60,26 @@ impl Resync {
                 delay,
             },
         );
+        drop(due);
+        self.deferred.notify_one();
         delay
+    }
+
+    /// Returns when a deferred sync is due: at once if one is, never while none waits.
+    ///
+    /// # Cancellation safety
+    /// Cancel-safe: it only waits (a deferral it missed is kept as a permit for the next call).
+    pub(crate) async fn next_due(&self) {
+        loop {
+            let earliest = self.lock().values().map(|d| d.at).min();
+            match earliest {
+                Some(at) => tokio::select! {
+                    () = tokio::time::sleep_until(at) => return,
+                    () = self.deferred.notified() => {}
+                },
+                None => self.deferred.notified().await,
+            }
+        }
     }
 
     /// The sync of `uid` succeeded (or there is nothing left to do): forget it.
@@ -129,5 +154,34 @@ mod tests {
             "neither settled nor deferred"
         );
         assert_eq!(resync.len(), 2);
+    }
+
+    /// The wait ends when the earliest deferred sync is due, also one deferred while waiting,
+    /// and not while nothing waits (the operator at rest does not wake).
+    #[tokio::test(start_paused = true)]
+    async fn the_wait_ends_when_a_sync_is_due_and_not_before() {
+        let resync = Arc::new(Resync::default());
+        let t0 = Instant::now();
+        let idle = tokio::time::timeout(60 * S, resync.next_due()).await;
+        assert!(idle.is_err(), "nothing deferred: no wake-up");
+
+        let waiting = tokio::spawn({
+            let resync = Arc::clone(&resync);
+            async move {
+                resync.next_due().await;
+                Instant::now()
+            }
+        });
+        tokio::time::sleep(S).await;
+        let uid: Arc<str> = "u".into();
+        resync.defer(&uid, Instant::now());
+        let woke = waiting.await.expect("the wait ends");
+        assert_eq!(woke - t0, 60 * S + S + Resync::FIRST, "due, not before");
+        assert_eq!(resync.take_due(woke), vec![uid]);
+
+        let again = tokio::time::timeout(Resync::FIRST - S, resync.next_due()).await;
+        assert!(again.is_err(), "taken: due again only after its delay");
+        let end = tokio::time::timeout(2 * S, resync.next_due()).await;
+        assert!(end.is_ok(), "neither settled nor deferred: due again");
     }
 }
