@@ -195,6 +195,10 @@ fn inproc_targets(r: &Results, out: &mut Vec<Target>) {
     push(out, text.into(), p99, " ms", &|v| v <= 20.0);
 }
 
+/// How much more CPU at rest than the rival still counts as "at most its": 10⁻⁴ cores (0.1 ms of
+/// CPU per second, e.g. one wake-up of a 20 s window's reading).
+const CPU_AT_REST_RESOLUTION: f64 = 0.0001;
+
 /// The targets of scenario 10 at every N measured (issue 32): against the kube-rs `Controller`
 /// with `.owns(..)` in the same pair, CPU at rest and requests per converge at most its, RSS
 /// within 1.2× of its, child-edit p99 at most its; and no writes at rest.
@@ -202,8 +206,18 @@ fn children_targets(r: &Results, out: &mut Vec<Target>) {
     let s = "children";
     let rival = "kube-controller";
     for (_, n) in r.groups().into_iter().filter(|(g, _)| g == s) {
+        // At rest the rival does next to nothing (~10⁻⁵ cores): a ratio against that is noise,
+        // so CPU is compared as a per-pair difference, within the reading's resolution.
+        let extra = r.pairwise(s, n, "kopf-rs", rival, |x, y| {
+            Some(x.get("cores")? - y.get("cores")?)
+        });
+        let text = format!(
+            "S10 N={n}: CPU at rest ≤ the kube-rs Controller's (+{CPU_AT_REST_RESOLUTION} cores; per-pair difference)"
+        );
+        push(out, text, med(&extra), " cores", &|v| {
+            v <= CPU_AT_REST_RESOLUTION
+        });
         for (metric, what, limit) in [
-            ("cores", "CPU at rest", 1.0),
             ("requests_converge", "API requests per converge", 1.0),
             ("rss_mb", "RSS at rest", 1.2),
             ("restore_p99_ms", "child-edit p99", 1.0),
@@ -330,7 +344,10 @@ mod tests {
         };
         let t = targets(&r);
         let cpu = row(&t, "S10 N=100: CPU at rest");
-        assert_eq!((cpu.measured.as_str(), cpu.result()), ("0.50×", "met"));
+        assert_eq!(
+            (cpu.measured.as_str(), cpu.result()),
+            ("-0.0050 cores", "met")
+        );
         let rss = row(&t, "S10 N=100: RSS at rest ≤ 1.2×");
         assert_eq!(
             (rss.measured.as_str(), rss.result()),
