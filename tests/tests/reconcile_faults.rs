@@ -2,9 +2,10 @@
 //! against the real API server: a 429 and a 503 on the child's apply are retried after the
 //! server's `Retry-After` until the child lands, while another owner converges meanwhile; a 409
 //! is retried after 1 s and reported as a Warning that says so; a real 422 (an invalid child
-//! derived from the owner's spec) is reported once as a permanent failure naming the child and
-//! the cause, is not retried (a 403 retried on the handler's backoff is the positive control),
-//! and the owner's fixed spec runs the handler again and applies the child.
+//! derived from the owner's spec) is reported as a permanent failure naming the child and the
+//! cause, is not retried (a 403 retried on the handler's backoff is the positive control), an
+//! edit to another invalid value is run and reported anew, and the owner's fixed spec runs the
+//! handler again and applies the child.
 
 mod operator_common;
 
@@ -142,6 +143,14 @@ async fn wait_warning(ns: &TestNamespace, owner: &str, words: &[&str]) {
     .await;
 }
 
+/// Sets the owner's `spec.field` (the key of its child).
+async fn set_field(api: &Api<KopfExample>, owner: &str, field: &str) -> anyhow::Result<()> {
+    let patch = json!({"spec": {"field": field}});
+    api.patch(owner, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
+
 /// The gaps between the consecutive runs of `owner`.
 fn gaps(journal: &Journal, owner: &str) -> Vec<Duration> {
     let runs = journal.instants(owner, "run");
@@ -199,7 +208,9 @@ async fn a_busy_server_delays_the_child_of_one_owner_and_not_the_others() -> any
     let retry_after = Duration::from_secs(RETRY_AFTER.into());
     let spacing = gaps(&journal, "slow");
     assert!(spacing.iter().all(|g| *g >= retry_after), "{spacing:?}");
+    // Reported as it went: the 429s, then the 503 (a new note is a new Warning).
     wait_warning(&ns, "slow", &["will be retried", "429"]).await;
+    wait_warning(&ns, "slow", &["will be retried", "503"]).await;
 
     op.shutdown().await;
     ns.cleanup().await
@@ -237,7 +248,8 @@ async fn a_conflict_on_a_child_write_is_retried_and_others_are_served() -> anyho
 }
 
 #[tokio::test]
-async fn an_invalid_child_is_reported_once_and_applied_after_the_fix() -> anyhow::Result<()> {
+async fn an_invalid_child_is_reported_not_retried_and_applied_after_the_fix() -> anyhow::Result<()>
+{
     let (ns, api, proxy, journal, op) = setup().await?;
     // The positive control: a 403 on the child of `denied`, an arbitrary error, is retried on
     // the handler's backoff (300 ms, ×2 up to 1 s) for as long as it lasts.
@@ -269,12 +281,15 @@ async fn an_invalid_child_is_reported_once_and_applied_after_the_fix() -> anyhow
     }
     wait_warning(&ns, "denied", &["will be retried", "403"]).await;
 
+    // A change to another invalid key runs it again, and the Warning says what is wrong now.
+    set_field(&api, "bad", "still bad!").await?;
+    journal.wait_for("bad", "err", 2).await;
+    wait_warning(&ns, "bad", &["failed permanently", "still bad!"]).await;
+
     // The owner's spec is fixed: that change runs the handler, and the child is applied.
-    let fix = json!({"spec": {"field": "fixed"}});
-    api.patch("bad", &PatchParams::default(), &Patch::Merge(&fix))
-        .await?;
+    set_field(&api, "bad", "fixed").await?;
     converged(&ns, &journal, "bad", "fixed").await;
-    assert_eq!(journal.of("bad"), ["run", "err", "run", "ok"]);
+    assert_eq!(journal.of("bad"), ["run", "err", "run", "err", "run", "ok"]);
     // The control recovers too once its fault is gone.
     assert!(proxy.handle().remove(denied));
     converged(&ns, &journal, "denied", "key").await;
