@@ -5,23 +5,30 @@
 //! carry an error's message without its causes unless the operator opts in
 //! ([`OperatorBuilder::error_causes_in_events`](crate::OperatorBuilder::error_causes_in_events)).
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use tokio::sync::Semaphore;
+use tokio::time::Instant;
 
 use crate::core::erased::Invocation;
 use crate::core::object::{ObjectRef, ObjectState};
 use crate::core::outcome::HandlerError;
 use crate::core::resource::ResourceInfo;
+use crate::core::sync::lock;
 use crate::handler::{BlockingSafe, Inject};
 
 /// The longest note the API accepts (1 kB); longer notes are cut.
 const MAX_NOTE: usize = 1024;
 /// Appended to a Warning's note whose causes were left out.
 const CAUSES_OMITTED: &str = " (the causes are in the operator's log)";
+/// How long a note's recorder is kept after its last event: as long as kube's recorder keeps
+/// a series open.
+const SERIES_TTL: Duration = Duration::from_secs(6 * 60);
 
 /// Why an Event could not be posted.
 ///
@@ -41,9 +48,18 @@ pub struct EventError {
     pub source: kube::Error,
 }
 
-/// Posts Events through one shared recorder, within the limit on writes in flight.
+/// Posts Events through recorders, within the limit on writes in flight.
+///
+/// One recorder per note: kube's recorder counts every event with the same object, type,
+/// reason and action as a repeat of the first one (a `series` on it) and keeps the first note,
+/// so a handler that fails differently (a 422 after a 429, another invalid value) would go on
+/// showing its first error. Kubernetes' own recorder (client-go) counts the note in; so does
+/// this: the same note again is a repeat, another note is a new Event.
 pub(crate) struct EventPoster {
-    recorder: Recorder,
+    client: Client,
+    reporter: Reporter,
+    /// The recorder of each note, and when it was last used.
+    recorders: Mutex<HashMap<String, (Recorder, Instant)>>,
     writes: Arc<Semaphore>,
     /// Whether the operator's Warnings keep the causes of an error.
     error_causes: bool,
@@ -104,13 +120,12 @@ impl EventPoster {
     ) -> Self {
         let instance = std::env::var("POD_NAME").ok();
         Self {
-            recorder: Recorder::new(
-                client,
-                Reporter {
-                    controller,
-                    instance,
-                },
-            ),
+            client,
+            reporter: Reporter {
+                controller,
+                instance,
+            },
+            recorders: Mutex::default(),
             writes,
             error_causes,
         }
@@ -135,8 +150,22 @@ impl EventPoster {
             action: action.to_owned(),
             secondary: None,
         };
+        let recorder = self.recorder(event.note.as_deref().unwrap_or_default());
         let _permit = self.writes.acquire().await;
-        self.recorder.publish(&event, regarding).await
+        recorder.publish(&event, regarding).await
+    }
+
+    /// The recorder of `note` (forgetting those unused for longer than a series lasts).
+    fn recorder(&self, note: &str) -> Recorder {
+        let now = Instant::now();
+        let mut recorders = lock(&self.recorders);
+        recorders.retain(|_, (_, used)| now.duration_since(*used) < SERIES_TTL);
+        let (recorder, used) = recorders.entry(note.to_owned()).or_insert_with(|| {
+            let recorder = Recorder::new(self.client.clone(), self.reporter.clone());
+            (recorder, now)
+        });
+        *used = now;
+        recorder.clone()
     }
 
     /// Posts one of the operator's own Warnings about a failure, logging (not returning) a
@@ -395,9 +424,16 @@ mod tests {
     use http::{Request, Response};
     use kube::client::Body;
 
-    /// A fake API server that records the notes of the events posted to it.
+    /// A fake API server that records the method and the note of the events posted to it.
     #[derive(Clone, Default)]
-    struct Capture(Arc<Mutex<Vec<String>>>);
+    struct Capture(Arc<Mutex<Vec<(String, String)>>>);
+
+    impl Capture {
+        fn notes(&self) -> Vec<String> {
+            let requests = self.0.lock().expect("not poisoned");
+            requests.iter().map(|(_, note)| note.clone()).collect()
+        }
+    }
 
     impl tower::Service<Request<Body>> for Capture {
         type Response = Response<Body>;
@@ -410,11 +446,12 @@ mod tests {
 
         fn call(&mut self, request: Request<Body>) -> Self::Future {
             let notes = Arc::clone(&self.0);
+            let method = request.method().to_string();
             Box::pin(async move {
                 let body = request.into_body().collect_bytes().await?;
                 let event: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
                 let note = event["note"].as_str().unwrap_or_default().to_owned();
-                notes.lock().expect("not poisoned").push(note);
+                notes.lock().expect("not poisoned").push((method, note));
                 let created = Response::builder()
                     .status(201)
                     .body(Body::from(body.to_vec()));
@@ -423,23 +460,26 @@ mod tests {
         }
     }
 
-    /// The note of the Warning the operator posts about this failure.
-    async fn posted_warning(error_causes: bool, note: WarningNote) -> String {
-        let capture = Capture::default();
+    fn poster(capture: &Capture, error_causes: bool) -> EventPoster {
         let client = Client::new(capture.clone(), "default");
-        let poster = EventPoster::new(
-            client,
-            "kopf".into(),
-            Arc::new(Semaphore::new(1)),
-            error_causes,
-        );
-        let regarding = ObjectReference {
+        let writes = Arc::new(Semaphore::new(1));
+        EventPoster::new(client, "kopf".into(), writes, error_causes)
+    }
+
+    fn example() -> ObjectReference {
+        ObjectReference {
             name: Some("example".into()),
             namespace: Some("default".into()),
             ..ObjectReference::default()
-        };
-        poster.warn(&regarding, "HandlerFailed", "sync", note).await;
-        let notes = capture.0.lock().expect("not poisoned").clone();
+        }
+    }
+
+    /// The note of the Warning the operator posts about this failure.
+    async fn posted_warning(error_causes: bool, note: WarningNote) -> String {
+        let capture = Capture::default();
+        let poster = poster(&capture, error_causes);
+        poster.warn(&example(), "HandlerFailed", "sync", note).await;
+        let notes = capture.notes();
         assert_eq!(notes.len(), 1, "{notes:?}");
         notes.into_iter().next().unwrap_or_default()
     }
@@ -470,5 +510,41 @@ mod tests {
     async fn a_failure_warning_has_the_whole_chain_when_the_operator_opts_in() {
         let note = posted_warning(true, failure_note()).await;
         assert!(note.ends_with("cannot read spec.port: invalid type: string \"hunter2\", expected u32 at line 1 column 9"), "{note}");
+    }
+
+    /// Posts a Warning with `note` about the example object.
+    async fn warn(poster: &EventPoster, note: &str) {
+        let (regarding, warning) = (example(), EventType::Warning);
+        let posted = poster.post(&regarding, warning, "HandlerFailed", "sync", note.into());
+        posted.await.expect("posted");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_same_note_again_is_a_repeat_and_another_note_a_new_event() {
+        let capture = Capture::default();
+        let poster = poster(&capture, false);
+        let (first, second) = (
+            "422: `not a key!` is invalid",
+            "422: `still bad!` is invalid",
+        );
+        for note in [first, first, second, second] {
+            warn(&poster, note).await;
+        }
+        // Forgotten once a series would have ended: the same note is a new Event again.
+        tokio::time::advance(SERIES_TTL + Duration::from_secs(1)).await;
+        warn(&poster, first).await;
+        assert_eq!(lock(&poster.recorders).len(), 1);
+        let requests = capture.0.lock().expect("not poisoned").clone();
+        let expected = [
+            ("POST", first),
+            ("PATCH", first),
+            ("POST", second),
+            ("PATCH", second),
+            ("POST", first),
+        ];
+        let expected: Vec<_> = (expected.iter())
+            .map(|(m, n)| ((*m).to_owned(), (*n).to_owned()))
+            .collect();
+        assert_eq!(requests, expected);
     }
 }
