@@ -36,8 +36,10 @@ async fn a_backup_without_a_bucket_fails_and_is_tried_again_later() {
 }
 
 #[test]
-fn the_operator_runs_a_daemon_and_a_timer() {
-    let registry = Registry::from_inventory().unwrap();
+fn the_operator_runs_the_daemon_and_the_timer() {
+    let registry = Registry::from_inventory().expect("the handlers' ids are unique");
     let ids: Vec<&str> = registry.iter().map(|r| r.spec().id).collect();
-    assert_eq!(ids, ["back_up", "watch_bucket"]);
+    // Membership, not the exact list: a handler you add does not break this test.
+    assert!(ids.contains(&"back_up"), "{ids:?}");
+    assert!(ids.contains(&"watch_bucket"), "{ids:?}");
 }
