@@ -4,3 +4,7 @@
 
 pub mod crd;
 pub mod handlers;
+// The reconcile shape: a handler that owns a child object per `Backup` (the README's "The
+// reconcile shape" says how to switch it on).
+#[cfg(feature = "reconcile")]
+pub mod reconcile;

@@ -1,4 +1,5 @@
-//! Runs the operator: every handler of `operator::handlers`, until SIGINT or SIGTERM, then a
+//! Runs the operator: every handler of the library (those of `operator::handlers`, and with the
+//! `reconcile` feature that of `operator::reconcile`), until SIGINT or SIGTERM, then a
 //! graceful stop (every daemon is asked to stop; the finalizers stay, so the daemons resume
 //! when the operator starts again).
 //!

@@ -81,6 +81,84 @@ async fn the_operator_backs_up_watches_and_lets_go_on_deletion() -> anyhow::Resu
     delete_namespace(&client, &ns).await
 }
 
+/// With the `reconcile` feature: the reconcile handler applies the ConfigMap of a `Backup`, owned
+/// by it, follows a change of its spec, and re-creates it when someone deletes it.
+#[cfg(feature = "reconcile")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reconcile_handler_keeps_the_items_config_map() -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    let client = cluster().await?;
+    install_crd(&client).await?;
+    let ns = create_namespace(&client, "reconcile").await?;
+    let builder = Operator::builder()
+        .name("operator-test")
+        .client(client.clone())
+        .namespaces([ns.as_str()])
+        .registry(&Registry::from_inventory()?.select(&["index_items"])?)
+        .shutdown_timeout(Duration::from_secs(10));
+    let operator = LiveOperator::start(builder).await?;
+    let backups: Api<Backup> = Api::namespaced(client.clone(), &ns);
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    // The child's UID and `data.items`, once it exists.
+    let child = || async {
+        let map = maps.get_opt("nightly-items").await.ok().flatten()?;
+        let items = map.data?.remove("items")?;
+        Some((map.metadata.uid, items))
+    };
+
+    let spec = BackupSpec {
+        bucket: "s3://b".to_owned(),
+        items: vec!["orders".to_owned()],
+    };
+    let backup = backups
+        .create(&PostParams::default(), &Backup::new("nightly", spec))
+        .await?;
+    wait_until("the ConfigMap nightly-items", || async {
+        child().await.is_some_and(|(_, items)| items == "orders")
+    })
+    .await?;
+    // Owned by the Backup, so the garbage collector deletes it with the Backup.
+    let owners = maps.get("nightly-items").await?.metadata.owner_references;
+    let controller = owners
+        .unwrap_or_default()
+        .into_iter()
+        .find(|o| o.controller == Some(true));
+    let controller = controller.map(|o| (o.kind, o.name, o.uid));
+    let expected = (
+        "Backup".to_owned(),
+        "nightly".to_owned(),
+        backup.metadata.uid.unwrap_or_default(),
+    );
+    assert_eq!(controller, Some(expected), "the ConfigMap's controller");
+
+    // A change of the spec: applied to the child.
+    let change = json!({"spec": {"items": ["orders", "customers"]}});
+    backups
+        .patch("nightly", &PatchParams::default(), &Patch::Merge(&change))
+        .await?;
+    wait_until("the ConfigMap updated", || async {
+        child()
+            .await
+            .is_some_and(|(_, items)| items == "orders\ncustomers")
+    })
+    .await?;
+
+    // Someone deletes the child: the child watch wakes the handler, which applies it again.
+    let deleted = child().await.and_then(|(uid, _)| uid);
+    maps.delete("nightly-items", &DeleteParams::default())
+        .await?;
+    wait_until("the ConfigMap re-created", || async {
+        child()
+            .await
+            .is_some_and(|(uid, items)| uid != deleted && items == "orders\ncustomers")
+    })
+    .await?;
+
+    operator.stop().await;
+    delete_namespace(&client, &ns).await
+}
+
 /// The client of `KUBECONFIG` (or of the pod's service account), with a clear error without one.
 async fn cluster() -> anyhow::Result<Client> {
     Client::try_default().await.context(

@@ -36,8 +36,31 @@ async fn a_backup_without_a_bucket_fails_and_is_tried_again_later() {
 }
 
 #[test]
-fn the_operator_runs_a_daemon_and_a_timer() {
-    let registry = Registry::from_inventory().unwrap();
+fn the_operator_runs_the_daemon_and_the_timer() {
+    let registry = Registry::from_inventory().expect("the handlers' ids are unique");
     let ids: Vec<&str> = registry.iter().map(|r| r.spec().id).collect();
-    assert_eq!(ids, ["back_up", "watch_bucket"]);
+    // Membership, not the exact list: a handler you add does not break this test.
+    assert!(ids.contains(&"back_up"), "{ids:?}");
+    assert!(ids.contains(&"watch_bucket"), "{ids:?}");
+    // The reconcile handler is linked in with its feature, and only then.
+    assert_eq!(
+        ids.contains(&"index_items"),
+        cfg!(feature = "reconcile"),
+        "{ids:?}"
+    );
+}
+
+/// The reconcile handler's child, as it applies it. (The handler itself takes `Children`, which
+/// writes through the API server: `tests/cluster.rs` runs it.)
+#[cfg(feature = "reconcile")]
+#[test]
+fn the_child_config_map_lists_the_bucket_and_the_items() {
+    let backup = backup("s3://b", &["orders", "customers"]);
+    let config_map = operator::reconcile::items_config_map(&backup);
+    let data = config_map.data.unwrap_or_default();
+    assert_eq!(data.get("bucket").map(String::as_str), Some("s3://b"));
+    let items = data.get("items").map(String::as_str);
+    assert_eq!(items, Some("orders\ncustomers"));
+    // Its name, namespace and owner are `Children`'s to set.
+    assert_eq!(config_map.metadata.name, None);
 }
