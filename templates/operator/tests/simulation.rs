@@ -13,9 +13,9 @@ use serde_json::json;
 /// it).
 fn simulation() -> Simulation {
     let registry = Registry::from_inventory()
-        .unwrap()
+        .expect("the handlers' ids are unique")
         .select(&["back_up"])
-        .unwrap();
+        .expect("the timer back_up is registered");
     Simulation::new(&registry)
 }
 
