@@ -58,15 +58,28 @@ async fn the_operator_backs_up_watches_and_lets_go_on_deletion() -> anyhow::Resu
     })
     .await?;
 
-    // The daemon's Event.
+    // The daemon's Event, and another when the spec names another bucket: the daemon follows
+    // the object's latest version (`Live<Backup>`), not the one it started with.
     let events: Api<Event> = Api::namespaced(client.clone(), &ns);
-    wait_until("the Watching event", || async {
-        let list = events.list(&ListParams::default()).await;
-        list.is_ok_and(|l| {
-            l.items
-                .iter()
-                .any(|e| e.reason.as_deref() == Some("Watching"))
-        })
+    let watching = |bucket: &'static str| {
+        let events = events.clone();
+        async move {
+            let list = events.list(&ListParams::default()).await;
+            let note = format!("watching the bucket {bucket}");
+            list.is_ok_and(|l| {
+                l.items.iter().any(|e| {
+                    e.reason.as_deref() == Some("Watching") && e.note.as_deref() == Some(&note)
+                })
+            })
+        }
+    };
+    wait_until("the Watching event", || watching("s3://b")).await?;
+    let change = json!({"spec": {"bucket": "s3://c"}});
+    backups
+        .patch("nightly", &PatchParams::default(), &Patch::Merge(&change))
+        .await?;
+    wait_until("the Watching event of the new bucket", || {
+        watching("s3://c")
     })
     .await?;
 
