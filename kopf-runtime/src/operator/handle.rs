@@ -308,7 +308,8 @@ impl Operator {
     }
 
     /// Waits until the operator has caught up with the cluster: every resource kind's initial
-    /// list is done (or the kind is reported unavailable), and every object's finalizer is as
+    /// list is done (or the kind is reported unavailable), so is that of every watch of
+    /// reconcile handlers' children and related objects, and every object's finalizer is as
     /// its handlers need it — placed where one matches, removed where none does — or its
     /// update failed and is being retried (reported in the log). Daemons start once their
     /// finalizer is placed, so after `ready()` every daemon of the objects present has started

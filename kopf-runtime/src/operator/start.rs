@@ -28,13 +28,13 @@ use super::ha::fence::Fence;
 use super::handle::{KindHandle, Operator};
 use super::health::{Health, KindHealth};
 use super::identity::Identity;
-use super::kind::relations::{self, Served};
+use super::kind::relations::{self, RelationHealth, Served};
 use super::kind::watch::Selection;
 use super::kind::{self, KindState, Shared};
 use super::limits::RateLimiter;
 #[cfg(feature = "logging")]
 use super::logging::init_logging_at;
-use super::metrics::{KindProbe, OperatorMetrics};
+use super::metrics::{KindProbe, OperatorMetrics, WatchProbe};
 use super::options::Options;
 use super::replicas::Replicas;
 use super::scope::Follower;
@@ -87,6 +87,7 @@ impl OperatorBuilder {
             fence,
         );
         let planned = plan(&options, handlers);
+        let relations = plan_relations(&options, &planned);
         let metrics = (options.metrics).then(|| {
             OperatorMetrics::new(
                 options.metrics_registry.take(),
@@ -94,8 +95,10 @@ impl OperatorBuilder {
                 replicas.report(),
             )
         });
+        let kinds = planned.iter().map(|(_, _, h)| h.clone());
+        let relation_kinds = relations.watches().map(|(_, _, h)| h.clone());
         let health = Arc::new(Health {
-            kinds: planned.iter().map(|(_, _, h)| h.clone()).collect(),
+            kinds: kinds.chain(relation_kinds).collect(),
             detail: replicas.detail(),
             metrics: metrics.as_ref().map(OperatorMetrics::registry),
         });
@@ -103,10 +106,10 @@ impl OperatorBuilder {
         let health_addr = serve_probes(&options, &health, &probe_stop).await?;
         let shared = shared(&options, &identity, client, &replicas);
         let server_timeout = options.watch_limits.server_timeout();
-        let (kinds, states, watches) = launch(&shared, planned, server_timeout);
+        let (kinds, states, watches) = launch(&shared, planned, &relations, server_timeout);
         attach_metrics(
             metrics.as_ref(),
-            &kinds,
+            (&kinds, &relations),
             &shared,
             options.max_writes_in_flight,
         );
@@ -245,6 +248,15 @@ fn plan(
         .collect()
 }
 
+/// The health of the children's and related objects' watches the planned kinds' reconcile
+/// handlers need.
+fn plan_relations(options: &Options, planned: &[Planned]) -> RelationHealth {
+    let kinds: Vec<_> = (planned.iter())
+        .map(|(info, handlers, _)| (info, handlers.as_slice()))
+        .collect();
+    RelationHealth::plan(&kinds, &options.namespaces, options.watch_limits)
+}
+
 /// Serves the probes (and `/metrics`) if an address is set: the address bound.
 async fn serve_probes(
     options: &Options,
@@ -269,6 +281,7 @@ async fn serve_probes(
 fn launch(
     shared: &Shared,
     planned: Vec<Planned>,
+    relations: &RelationHealth,
     server_timeout: u32,
 ) -> (Vec<KindHandle>, Vec<Arc<KindState>>, Vec<AbortHandle>) {
     let mut kinds = Vec::new();
@@ -298,6 +311,7 @@ fn launch(
         shared,
         &served,
         writes.echoes(),
+        relations,
         server_timeout,
     ));
     (kinds, states, watches)
@@ -354,10 +368,11 @@ fn shared(options: &Options, identity: &Identity, client: Client, replicas: &Rep
     }
 }
 
-/// Has the metrics, if on, report the kinds and the write slots (`limit` of them).
+/// Has the metrics, if on, report the kinds, the children's and related objects' watches and
+/// the write slots (`limit` of them).
 fn attach_metrics(
     metrics: Option<&OperatorMetrics>,
-    kinds: &[KindHandle],
+    (kinds, relations): (&[KindHandle], &RelationHealth),
     shared: &Shared,
     limit: usize,
 ) {
@@ -372,5 +387,13 @@ fn attach_metrics(
             shared.finalizer.clone(),
         )
     };
-    metrics.attach(kinds.iter().map(probe).collect(), &shared.writes, limit);
+    let watches = (relations.watches())
+        .map(|(info, role, health)| WatchProbe::new(info, role.label(), health.clone()))
+        .collect();
+    metrics.attach(
+        kinds.iter().map(probe).collect(),
+        watches,
+        &shared.writes,
+        limit,
+    );
 }

@@ -67,13 +67,18 @@ pub type OwnerTrigger = Arc<dyn Fn(&str, &ChildCause) + Send + Sync>;
 pub type NamedTrigger = Arc<dyn Fn(Option<&str>, &str, &ChildCause) + Send + Sync>;
 
 /// Logs a failed watch stream, naming the kind: each new failure as an error, repeats of the
-/// same one at debug level (the stream is retried with backoff).
-pub(super) fn report_error(what: &str, err: &watcher::Error, last: &mut Option<String>) {
+/// same one at debug level (the stream is retried with backoff). Returns what it failed with,
+/// unless it merely expired.
+pub(super) fn report_error(
+    what: &str,
+    err: &watcher::Error,
+    last: &mut Option<String>,
+) -> Option<String> {
     if let watcher::Error::WatchError(status) = err
         && status.code == 410
     {
         debug!(watch = %what, "the watch expired; relisting");
-        return;
+        return None;
     }
     let inner = match err {
         watcher::Error::InitialListFailed(e)
@@ -93,6 +98,7 @@ pub(super) fn report_error(what: &str, err: &watcher::Error, last: &mut Option<S
         debug!(error = %message, "the watch failed again; retrying");
     } else {
         error!(error = %message, "the watch failed; retrying with backoff (the owners are still served)");
-        *last = Some(message);
+        *last = Some(message.clone());
     }
+    Some(message)
 }

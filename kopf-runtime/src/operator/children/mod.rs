@@ -18,8 +18,10 @@
 //! listing triggers nothing (every owner runs when it is first seen anyway); a relist after an
 //! outage triggers the owners of what changed or vanished meanwhile ([`known`]). A stream that
 //! fails is restarted with backoff (kube's default: 800 ms growing to 30 s), its error logged
-//! naming the kind; the operator keeps serving. The callbacks are the narrow interface to the
-//! supervisor: they must not block (they only queue a trigger).
+//! naming the kind; the operator keeps serving. Each stream reports to the health of its kind
+//! and role as a served kind's stream does ([`progress`]): readiness waits for its first list,
+//! and a failing stream is down (not ready, then not alive). The callbacks are the narrow
+//! interface to the supervisor: they must not block (they only queue a trigger).
 //!
 //! Sharding: a child belongs to the member that serves its owner, but a child's own UID hashes
 //! to another shard, so the child watch is not sharded on the server: every member watches all
@@ -28,9 +30,12 @@
 
 mod cause;
 mod known;
+mod progress;
 mod related;
 mod watch;
 
 pub use cause::{ChildCause, NamedTrigger, OwnerTrigger, Via};
+pub(crate) use related::watch_related_reporting;
 pub use related::{RelatedMap, RelatedWatch, watch_related};
+pub(crate) use watch::watch_children_reporting;
 pub use watch::{ChildWatch, OwnerKind, watch_children};

@@ -14,6 +14,8 @@ use tracing::{error, info, warn};
 
 use super::cause::{ChildCause, NamedTrigger, Via, report_error};
 use super::known::Known;
+use super::progress::Progress;
+use crate::operator::health::KindHealth;
 
 /// Maps a related object (its JSON body) to the owners it concerns, by namespace and name.
 pub type RelatedMap = Arc<dyn Fn(&Value) -> Vec<(Option<String>, String)> + Send + Sync>;
@@ -76,11 +78,25 @@ pub async fn watch_related(
     trigger: NamedTrigger,
     stop: CancellationToken,
 ) {
+    let health = Arc::new(KindHealth::new(watch.resource.kind.clone(), 1));
+    watch_related_reporting(client, watch, trigger, &health, stop).await;
+}
+
+/// [`watch_related`], reporting to `health` as a kind's watch stream does: its initial list,
+/// its failures and relists, and its pulse (see `operator/health`).
+pub(crate) async fn watch_related_reporting(
+    client: kube::Client,
+    watch: RelatedWatch,
+    trigger: NamedTrigger,
+    health: &Arc<KindHealth>,
+    stop: CancellationToken,
+) {
     let kind: Arc<str> = watch.resource.kind.as_str().into();
     let what = match &watch.namespace {
         Some(ns) => format!("the related {kind} in {ns}"),
         None => format!("the related {kind}"),
     };
+    let (mut progress, client) = Progress::start(health, &client);
     let api: Api<DynamicObject> = match &watch.namespace {
         Some(ns) => Api::namespaced_with(client, ns, &watch.resource),
         None => Api::all_with(client, &watch.resource),
@@ -109,10 +125,11 @@ pub async fn watch_related(
         let event = match next {
             Some(Ok(event)) => event,
             Some(Err(err)) => {
-                report_error(&what, &err, &mut last_error);
+                progress.failed(report_error(&what, &err, &mut last_error));
                 continue;
             }
             None => {
+                progress.ended();
                 error!(watch = %what, "the watch stream ended");
                 return;
             }
@@ -120,6 +137,7 @@ pub async fn watch_related(
         if !matches!(event, Event::Init) && last_error.take().is_some() {
             info!(watch = %what, "the watch has recovered");
         }
+        progress.event(&event);
         match event {
             Event::Init => known.list_begins(),
             Event::InitApply(object) | Event::Apply(object) => {

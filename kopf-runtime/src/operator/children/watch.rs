@@ -15,7 +15,9 @@ use tracing::{error, info};
 
 use super::cause::{ChildCause, OwnerTrigger, Via, report_error};
 use super::known::Known;
+use super::progress::Progress;
 use crate::handler::echoes::{ChildKey, Echoes};
+use crate::operator::health::KindHealth;
 
 /// A kind that owns children: its API group (empty for the core group) and kind.
 ///
@@ -83,10 +85,25 @@ pub async fn watch_children(
     trigger: OwnerTrigger,
     stop: CancellationToken,
 ) {
+    let health = Arc::new(KindHealth::new(watch.resource.kind.clone(), 1));
+    watch_children_reporting(client, watch, echoes, trigger, &health, stop).await;
+}
+
+/// [`watch_children`], reporting to `health` as a kind's watch stream does: its initial list,
+/// its failures and relists, and its pulse (see `operator/health`).
+pub(crate) async fn watch_children_reporting(
+    client: kube::Client,
+    watch: ChildWatch,
+    echoes: Arc<Echoes>,
+    trigger: OwnerTrigger,
+    health: &Arc<KindHealth>,
+    stop: CancellationToken,
+) {
     let what = match &watch.namespace {
         Some(ns) => format!("the children {} in {ns}", watch.resource.kind),
         None => format!("the children {}", watch.resource.kind),
     };
+    let (mut progress, client) = Progress::start(health, &client);
     // Metadata only: `PartialObjectMeta` requests ask the server for the metadata alone.
     let api: Api<PartialObjectMeta<DynamicObject>> = match &watch.namespace {
         Some(ns) => Api::namespaced_with(client, ns, &watch.resource),
@@ -112,10 +129,11 @@ pub async fn watch_children(
         let event = match next {
             Some(Ok(event)) => event,
             Some(Err(err)) => {
-                report_error(&what, &err, &mut last_error);
+                progress.failed(report_error(&what, &err, &mut last_error));
                 continue;
             }
             None => {
+                progress.ended();
                 error!(watch = %what, "the watch stream ended");
                 return;
             }
@@ -123,6 +141,7 @@ pub async fn watch_children(
         if !matches!(event, Event::Init) && last_error.take().is_some() {
             info!(watch = %what, "the watch has recovered");
         }
+        progress.event(&event);
         match event {
             Event::Init => known.list_begins(),
             Event::InitApply(child) | Event::Apply(child) => {

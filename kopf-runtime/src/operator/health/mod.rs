@@ -67,6 +67,8 @@ pub(crate) struct KindHealth {
     limits: WatchLimits,
     /// The pulses of its running watch streams.
     pulses: Mutex<Vec<Weak<Pulse>>>,
+    /// What its last failed watch stream failed with (`/readyz` says it while one is down).
+    cause: Mutex<Option<String>>,
 }
 
 impl KindHealth {
@@ -80,6 +82,7 @@ impl KindHealth {
             relists: AtomicU64::new(0),
             limits: WatchLimits::default(),
             pulses: Mutex::default(),
+            cause: Mutex::default(),
         }
     }
 
@@ -111,9 +114,21 @@ impl KindHealth {
             .min()
     }
 
-    /// A watch stream failed; it restarts after a backoff.
-    pub(crate) fn watch_failed(&self) {
+    /// A watch stream failed (with `cause`, if it is worth saying); it restarts after a
+    /// backoff.
+    pub(crate) fn watch_failed(&self, cause: Option<String>) {
         self.restarts.fetch_add(1, Ordering::Relaxed);
+        if let Some(cause) = cause {
+            *self.cause.lock().unwrap_or_else(PoisonError::into_inner) = Some(cause);
+        }
+    }
+
+    /// Its name, with the cause of its last watch failure if there was one.
+    fn name_and_cause(&self) -> String {
+        match &*self.cause.lock().unwrap_or_else(PoisonError::into_inner) {
+            Some(cause) => format!("{} ({cause})", self.name),
+            None => self.name.clone(),
+        }
     }
 
     /// A watch stream lists its objects again.
@@ -217,7 +232,7 @@ impl Health {
         let now = Instant::now();
         let down: Vec<_> = (self.kinds.iter())
             .filter(|k| k.down_since(now).is_some())
-            .map(|k| k.name.as_str())
+            .map(|k| k.name_and_cause())
             .collect();
         if !down.is_empty() {
             return Err(format!(
@@ -263,6 +278,26 @@ mod tests {
         b.mark_dead();
         assert_eq!(health.alive(), Err("watch ended: b".into()));
         assert!(health.ready().is_err());
+    }
+
+    #[test]
+    fn a_watch_down_is_named_with_the_cause_of_its_failure() {
+        let kind = Arc::new(KindHealth::new("configmaps.v1 (children)".into(), 1));
+        let health = Health {
+            kinds: vec![kind.clone()],
+            detail: None,
+            metrics: None,
+        };
+        let pulse = kind.pulse();
+        pulse.failed();
+        kind.watch_failed(Some("not permitted to list/watch: forbidden".into()));
+        let ready = health.ready().expect_err("a failing stream is down");
+        assert_eq!(
+            ready,
+            "watch down (failing or silent), restarting: configmaps.v1 (children) \
+             (not permitted to list/watch: forbidden)"
+        );
+        assert_eq!(kind.watch_counts(), (1, 0));
     }
 
     #[tokio::test(start_paused = true)]

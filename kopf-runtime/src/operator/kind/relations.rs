@@ -10,16 +10,26 @@
 //!        ──▶ Supervisor::uid_of ──▶ Supervisor::trigger(uid, Related) on the watching kind
 //! ```
 //!
+//! Each watch reports to a health of its own kind and role (`configmaps.v1 (children)`,
+//! `secrets.v1 (related)`), planned from the handlers before anything starts: like a kind's
+//! watch, it first waits until its kind is served (`Unavailable` meanwhile), readiness waits
+//! for its initial list, and a stream that fails (forbidden, say) is down: not ready, and after
+//! the recovery bound not alive; the metrics count its failures and relists.
+//!
 //! A trigger for an object the supervisor does not track (another member's shard, a filtered
 //! out object, a paused replica's) is a no-op there: each replica wakes only what it serves,
 //! while every member of a sharded group watches all the children (see `operator/children`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
 use std::sync::Arc;
 
 use tokio::task::AbortHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::error;
 
 use super::Shared;
+use super::watch::await_served;
 use crate::core::erased::ErasedHandler;
 use crate::core::reconcile::kinds::{Related, Trigger};
 use crate::core::resource::ResourceInfo;
@@ -27,9 +37,85 @@ use crate::core::supervisor::Supervisor;
 use crate::handler::Echoes;
 use crate::operator::children::{
     ChildCause, ChildWatch, NamedTrigger, OwnerKind, OwnerTrigger, RelatedMap, RelatedWatch,
-    watch_children, watch_related,
+    watch_children_reporting, watch_related_reporting,
 };
+use crate::operator::health::KindHealth;
+use crate::operator::health::pulse::WatchLimits;
 use crate::operator::write::api_resource;
+
+/// What a watch that wakes reconcile handlers watches: the children of owners, or objects
+/// related to them. Its health's name and its metrics' `watch` label say which.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Role {
+    /// Children (`owns(..)`).
+    Children,
+    /// Related objects (`watches(..)`).
+    Related,
+}
+
+impl Role {
+    /// As the metrics label it.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Self::Children => "children",
+            Self::Related => "related",
+        }
+    }
+}
+
+/// The health of the children's and related objects' watches: one per watched kind and role,
+/// counting its streams (one per namespace, and per handler's `watches(..)` entry). Planned from
+/// the handlers before anything starts, so that readiness waits for them from the first probe.
+#[derive(Debug, Default)]
+pub(crate) struct RelationHealth {
+    watches: BTreeMap<(Role, ResourceInfo), Arc<KindHealth>>,
+}
+
+impl RelationHealth {
+    /// The watches `kinds` (each with its handlers) need, the operator limited to `namespaces`
+    /// (empty: all), judged by `limits`.
+    pub(crate) fn plan(
+        kinds: &[(&ResourceInfo, &[Arc<dyn ErasedHandler>])],
+        namespaces: &[String],
+        limits: WatchLimits,
+    ) -> Self {
+        let handlers = || kinds.iter().flat_map(|(_, handlers)| handlers.iter());
+        let owned: BTreeSet<ResourceInfo> = handlers()
+            .flat_map(|h| h.spec().reconcile.owns)
+            .map(|owns| owns())
+            .collect();
+        let mut streams: BTreeMap<(Role, ResourceInfo), usize> = BTreeMap::new();
+        for child in owned {
+            let n = namespaces_of(namespaces, &child).len();
+            *streams.entry((Role::Children, child)).or_default() += n;
+        }
+        for related in handlers().flat_map(|h| h.spec().reconcile.watches) {
+            let info = (related.kind)();
+            let n = namespaces_of(namespaces, &info).len();
+            *streams.entry((Role::Related, info)).or_default() += n;
+        }
+        let watches = (streams.into_iter())
+            .map(|((role, info), n)| {
+                let name = format!("{info} ({})", role.label());
+                let health = KindHealth::new(name, n).with_watch_limits(limits);
+                ((role, info), Arc::new(health))
+            })
+            .collect();
+        Self { watches }
+    }
+
+    /// Each watch: its kind, its role and its health.
+    pub(crate) fn watches(&self) -> impl Iterator<Item = (&ResourceInfo, Role, &Arc<KindHealth>)> {
+        (self.watches.iter()).map(|((role, info), health)| (info, *role, health))
+    }
+
+    /// The health of a planned watch.
+    fn of(&self, role: Role, info: &ResourceInfo) -> Arc<KindHealth> {
+        let key = (role, info.clone());
+        (self.watches.get(&key).cloned())
+            .expect("the relations are planned from the same handlers they are launched for")
+    }
+}
 
 /// One served kind as the relations see it: what it is, its supervisor, its handlers.
 pub(crate) struct Served<'a> {
@@ -44,6 +130,7 @@ pub(crate) fn launch(
     shared: &Shared,
     served: &[Served<'_>],
     echoes: &Arc<Echoes>,
+    healths: &RelationHealth,
     server_timeout: u32,
 ) -> Vec<AbortHandle> {
     let mut tasks = Vec::new();
@@ -55,6 +142,7 @@ pub(crate) fn launch(
                 supervisor.trigger(uid, Trigger::Child);
             }
         });
+        let health = healths.of(Role::Children, &child);
         for namespace in namespaces(shared, &child) {
             let watch = ChildWatch {
                 resource: api_resource(&child),
@@ -62,14 +150,12 @@ pub(crate) fn launch(
                 owners: Vec::clone(&kinds),
                 server_timeout,
             };
-            let task = watch_children(
-                shared.client.clone(),
-                watch,
-                echoes.clone(),
-                trigger.clone(),
-                shared.watch_stop.clone(),
-            );
-            tasks.push(tokio::spawn(task).abort_handle());
+            let (client, stop) = (shared.client.clone(), shared.watch_stop.clone());
+            let (echoes, trigger, reporting) = (echoes.clone(), trigger.clone(), health.clone());
+            let task = async move {
+                watch_children_reporting(client, watch, echoes, trigger, &reporting, stop).await;
+            };
+            tasks.push(spawn(shared, &child, &health, task));
         }
     }
     for kind in served {
@@ -78,10 +164,49 @@ pub(crate) fn launch(
             .iter()
             .flat_map(|h| h.spec().reconcile.watches)
         {
-            tasks.extend(launch_related(shared, kind, related, server_timeout));
+            tasks.extend(launch_related(
+                shared,
+                kind,
+                related,
+                healths,
+                server_timeout,
+            ));
         }
     }
     tasks
+}
+
+/// Spawns one watch of `info`: it waits until the kind is served (as a kind's watch does),
+/// then runs `watch` until the operator stops watching. A panic fails `/healthz`.
+fn spawn(
+    shared: &Shared,
+    info: &ResourceInfo,
+    health: &Arc<KindHealth>,
+    watch: impl Future<Output = ()> + Send + 'static,
+) -> AbortHandle {
+    let (client, info, stop): (_, _, CancellationToken) = (
+        shared.client.clone(),
+        info.clone(),
+        shared.watch_stop.clone(),
+    );
+    let discovering = health.clone();
+    let task = tokio::spawn(async move {
+        let discovered = stop.run_until_cancelled(await_served(&client, &info, &discovering));
+        if discovered.await.is_some() {
+            watch.await;
+        }
+    });
+    let abort = task.abort_handle();
+    let health = health.clone();
+    tokio::spawn(async move {
+        if let Err(err) = task.await
+            && err.is_panic()
+        {
+            health.mark_dead(); // /healthz fails: a restart is the way out
+            error!(watch = %health.name, "the watch task panicked");
+        }
+    });
+    abort
 }
 
 /// Each kind some reconcile handler owns, with the owner kinds (and their supervisors).
@@ -105,6 +230,7 @@ fn launch_related(
     shared: &Shared,
     kind: &Served<'_>,
     related: &Related,
+    healths: &RelationHealth,
     server_timeout: u32,
 ) -> Vec<AbortHandle> {
     let map = related.map;
@@ -121,6 +247,7 @@ fn launch_related(
         }
     });
     let info = (related.kind)();
+    let health = healths.of(Role::Related, &info);
     namespaces(shared, &info)
         .into_iter()
         .map(|namespace| {
@@ -130,20 +257,23 @@ fn launch_related(
                 map: map.clone(),
                 server_timeout,
             };
-            let task = watch_related(
-                shared.client.clone(),
-                watch,
-                trigger.clone(),
-                shared.watch_stop.clone(),
-            );
-            tokio::spawn(task).abort_handle()
+            let (client, stop) = (shared.client.clone(), shared.watch_stop.clone());
+            let (trigger, reporting) = (trigger.clone(), health.clone());
+            let task = async move {
+                watch_related_reporting(client, watch, trigger, &reporting, stop).await;
+            };
+            spawn(shared, &info, &health, task)
         })
         .collect()
 }
 
 /// The namespaces to watch a kind in: each selected one for a namespaced kind, else all.
 fn namespaces(shared: &Shared, info: &ResourceInfo) -> Vec<Option<String>> {
-    let selected = &shared.selection.namespaces;
+    namespaces_of(&shared.selection.namespaces, info)
+}
+
+/// The namespaces to watch a kind in, the operator limited to `selected` (empty: all).
+fn namespaces_of(selected: &[String], info: &ResourceInfo) -> Vec<Option<String>> {
     if info.namespaced && !selected.is_empty() {
         selected.iter().cloned().map(Some).collect()
     } else {
@@ -156,5 +286,124 @@ fn owner_kind(info: &ResourceInfo) -> OwnerKind {
     OwnerKind {
         group: info.group.to_string(),
         kind: info.kind.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::erased::{Call, Invocation, MatchError};
+    use crate::core::object::ObjectState;
+    use crate::core::outcome::HandlerError;
+    use crate::core::reconcile::kinds::Target;
+    use crate::core::spec::{HandlerKind, HandlerSpec, ReconcileOptions};
+    use crate::operator::health::WatchPhase;
+
+    fn config_maps() -> ResourceInfo {
+        ResourceInfo::new("", "v1", "ConfigMap", "configmaps", true)
+    }
+    fn secrets() -> ResourceInfo {
+        ResourceInfo::new("", "v1", "Secret", "secrets", true)
+    }
+    fn namespaces_kind() -> ResourceInfo {
+        ResourceInfo::new("", "v1", "Namespace", "namespaces", false)
+    }
+    fn nowhere(_: &serde_json::Value) -> Vec<Target> {
+        Vec::new()
+    }
+
+    const RECONCILE: HandlerSpec = HandlerSpec::new("web", HandlerKind::Reconcile);
+    /// Owns config maps, watches secrets.
+    static WEB: HandlerSpec = HandlerSpec {
+        reconcile: ReconcileOptions {
+            owns: &[config_maps],
+            watches: &[Related {
+                kind: secrets,
+                map: nowhere,
+            }],
+            ..ReconcileOptions::NONE
+        },
+        ..RECONCILE
+    };
+    /// Owns config maps too; watches secrets and namespaces (cluster-scoped).
+    static DB: HandlerSpec = HandlerSpec {
+        id: "db",
+        reconcile: ReconcileOptions {
+            owns: &[config_maps],
+            watches: &[
+                Related {
+                    kind: secrets,
+                    map: nowhere,
+                },
+                Related {
+                    kind: namespaces_kind,
+                    map: nowhere,
+                },
+            ],
+            ..ReconcileOptions::NONE
+        },
+        ..RECONCILE
+    };
+
+    struct Spec(&'static HandlerSpec);
+
+    impl ErasedHandler for Spec {
+        fn spec(&self) -> &'static HandlerSpec {
+            self.0
+        }
+        fn matches(&self, _: &ObjectState) -> Result<bool, MatchError> {
+            Ok(true)
+        }
+        fn invoke(&self, _: Invocation) -> Result<Call, HandlerError> {
+            unreachable!("planning never invokes a handler")
+        }
+    }
+
+    /// How many streams `health` waits for: the lists it needs before it is watching.
+    fn streams(health: &KindHealth) -> usize {
+        let mut n = 0;
+        while health.phase() != WatchPhase::Watching {
+            assert!(n < 100, "{} never becomes ready", health.name);
+            health.list_done();
+            n += 1;
+        }
+        n
+    }
+
+    #[test]
+    fn one_watch_per_kind_and_role_with_a_stream_per_namespace_and_entry() {
+        let web: Vec<Arc<dyn ErasedHandler>> = vec![Arc::new(Spec(&WEB))];
+        let db: Vec<Arc<dyn ErasedHandler>> = vec![Arc::new(Spec(&DB))];
+        let (apps, dbs) = (
+            ResourceInfo::new("example.com", "v1", "App", "apps", true),
+            ResourceInfo::new("example.com", "v1", "Db", "dbs", true),
+        );
+        let kinds = [(&apps, web.as_slice()), (&dbs, db.as_slice())];
+        let selected = ["a".to_owned(), "b".to_owned()];
+        let plan = RelationHealth::plan(&kinds, &selected, WatchLimits::default());
+        let planned: Vec<_> = (plan.watches())
+            .map(|(info, role, health)| (info.plural.to_string(), role, streams(health)))
+            .collect();
+        assert_eq!(
+            planned,
+            [
+                // Owned by both handlers, watched once per namespace.
+                ("configmaps".to_owned(), Role::Children, 2),
+                // Cluster-scoped: one stream whatever the namespaces.
+                ("namespaces".to_owned(), Role::Related, 1),
+                // Each handler's entry maps on its own: two entries in two namespaces.
+                ("secrets".to_owned(), Role::Related, 4),
+            ]
+        );
+        assert_eq!(
+            plan.of(Role::Children, &config_maps()).name,
+            "configmaps.v1 (children)"
+        );
+
+        let everywhere = RelationHealth::plan(&kinds, &[], WatchLimits::default());
+        let counts: Vec<_> = (everywhere.watches())
+            .map(|(_, _, health)| streams(health))
+            .collect();
+        assert_eq!(counts, [1, 1, 2], "one stream per entry in all namespaces");
     }
 }

@@ -116,7 +116,19 @@ fn shard_api(client: &kube::Client, writer: &Writer, ns: &str) -> Api<Watched> {
 /// Looks the kind up until the API server serves it; records whether it has a status
 /// subresource.
 async fn discover(observer: &impl Observer, writer: &Writer, health: &KindHealth) {
-    let info = &writer.info;
+    let status = await_served(&writer.client, &writer.info, health).await;
+    observer.discovered(status);
+}
+
+/// Looks a kind up in API discovery until the API server serves it, the kind's health
+/// `Unavailable` meanwhile (a missing CRD or permission logged, naming the kind). Returns
+/// whether it has a status subresource. The children's and related objects' watches wait for
+/// their kinds the same way (`relations.rs`).
+pub(super) async fn await_served(
+    client: &kube::Client,
+    info: &ResourceInfo,
+    health: &KindHealth,
+) -> bool {
     let gvk = GroupVersionKind::gvk(&info.group, &info.version, &info.kind);
     let mut delays = ExponentialBuilder::default()
         .with_min_delay(Duration::from_millis(500))
@@ -126,14 +138,12 @@ async fn discover(observer: &impl Observer, writer: &Writer, health: &KindHealth
         .build();
     let mut reported = None;
     loop {
-        match kube::discovery::pinned_kind(&writer.client, &gvk).await {
+        match kube::discovery::pinned_kind(client, &gvk).await {
             Ok((_, caps)) => {
-                let status = caps.subresources.iter().any(|(r, _)| r.plural == "status");
-                observer.discovered(status);
                 if reported.is_some() {
                     info!(resource = %info, "the resource is served now; starting to watch it");
                 }
-                return;
+                return caps.subresources.iter().any(|(r, _)| r.plural == "status");
             }
             Err(err) => {
                 let failure = classify(&err);
@@ -197,8 +207,8 @@ impl<O: Observer> Stream<O> {
             let event = match next {
                 Some(Ok(event)) => event,
                 Some(Err(err)) => {
-                    health.watch_failed();
-                    report_watch_error(&resource, &ns, &err, &mut last_error);
+                    let cause = report_watch_error(&resource, &ns, &err, &mut last_error);
+                    health.watch_failed(cause);
                     continue;
                 }
                 None => {
@@ -259,13 +269,19 @@ impl<O: Observer> Stream<O> {
     }
 }
 
-fn report_watch_error(resource: &str, ns: &str, err: &watcher::Error, last: &mut Option<String>) {
+/// Logs a failed watch stream; returns what it failed with, unless it merely expired.
+fn report_watch_error(
+    resource: &str,
+    ns: &str,
+    err: &watcher::Error,
+    last: &mut Option<String>,
+) -> Option<String> {
     if let watcher::Error::WatchError(status) = err
         && status.code == 410
     {
         // The resource version expired (routine after long quiet periods): the watcher relists.
         debug!(resource = %resource, namespace = %ns, "the watch expired; relisting");
-        return;
+        return None;
     }
     let inner = match err {
         watcher::Error::InitialListFailed(e)
@@ -288,6 +304,7 @@ fn report_watch_error(resource: &str, ns: &str, err: &watcher::Error, last: &mut
         debug!(resource = %resource, namespace = %ns, error = %message, "the watch failed again; retrying");
     } else {
         error!(resource = %resource, namespace = %ns, error = %message, "the watch failed; retrying with backoff");
-        *last = Some(message);
+        *last = Some(message.clone());
     }
+    Some(message)
 }

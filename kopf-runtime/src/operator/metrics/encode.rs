@@ -7,7 +7,7 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, MetricEncod
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Unit;
 
-use super::probe::KindProbe;
+use super::probe::{KindProbe, WatchProbe};
 use crate::core::spec::{HandlerKind, HandlerSpec};
 use crate::core::supervisor::census::Census;
 use crate::core::supervisor::meter::{
@@ -287,6 +287,32 @@ pub(super) fn kinds(encoder: &mut DescriptorEncoder<'_>, kinds: &[KindView<'_>])
                 MetricType::Counter => counter(&mut m, &labels, read(k))?,
                 _ => gauge(&mut m, &labels, &read(k))?,
             }
+        }
+    }
+    Ok(())
+}
+
+/// The families of the watches that wake reconcile handlers: their failures and relists, by
+/// watched kind and role (`children` or `related`), as `kinds` counts a kind's own watch.
+pub(super) fn watches(encoder: &mut DescriptorEncoder<'_>, watches: &[WatchProbe]) -> Result {
+    type Read = fn((u64, u64)) -> u64;
+    let families: [(&str, &str, Read); 2] = [
+        (
+            "kopf_relation_watch_restarts",
+            "Failures of a children's or related objects' watch (each restarts it after a backoff)",
+            |(restarts, _)| restarts,
+        ),
+        (
+            "kopf_relation_watch_relists",
+            "Lists of a children's or related objects' watch after a stream's first one",
+            |(_, relists)| relists,
+        ),
+    ];
+    for (name, help, read) in families {
+        let mut m = family(encoder, name, help, None, MetricType::Counter)?;
+        for w in watches {
+            let labels = [("resource", w.resource.as_str()), ("watch", w.role)];
+            counter(&mut m, &labels, read(w.health.watch_counts()))?;
         }
     }
     Ok(())

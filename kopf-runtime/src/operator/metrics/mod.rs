@@ -21,7 +21,7 @@ use tokio::sync::Semaphore;
 
 use super::ha::report::ReplicaReport;
 use super::limits::RateLimiter;
-pub(crate) use probe::KindProbe;
+pub(crate) use probe::{KindProbe, WatchProbe};
 
 /// The operator's metrics: the registry `/metrics` serves, and the collector in it.
 #[derive(Debug, Clone)]
@@ -57,14 +57,25 @@ impl OperatorMetrics {
         self.registry.clone()
     }
 
-    /// Reports the kinds from now on, and the write slots (`limit` of them; the first call
-    /// counts).
-    pub(crate) fn attach(&self, kinds: Vec<KindProbe>, slots: &Arc<Semaphore>, limit: usize) {
+    /// Reports the kinds from now on, the watches that wake their reconcile handlers, and the
+    /// write slots (`limit` of them; the first call counts).
+    pub(crate) fn attach(
+        &self,
+        kinds: Vec<KindProbe>,
+        watches: Vec<WatchProbe>,
+        slots: &Arc<Semaphore>,
+        limit: usize,
+    ) {
         let writes = WriteSlots {
             slots: slots.clone(),
             limit,
         };
-        let _first = self.collector.attached.set(Attached { kinds, writes });
+        let attached = Attached {
+            kinds,
+            watches,
+            writes,
+        };
+        let _first = self.collector.attached.set(attached);
     }
 }
 
@@ -86,6 +97,8 @@ impl WriteSlots {
 #[derive(Debug)]
 struct Attached {
     kinds: Vec<KindProbe>,
+    /// The children's and related objects' watches.
+    watches: Vec<WatchProbe>,
     writes: WriteSlots,
 }
 
@@ -105,6 +118,7 @@ impl Collector for OperatorCollector {
             encode::handlers(&mut encoder, &kinds)?;
             encode::instances(&mut encoder, &kinds)?;
             encode::kinds(&mut encoder, &kinds)?;
+            encode::watches(&mut encoder, &attached.watches)?;
             encode::writes(
                 &mut encoder,
                 attached.writes.in_flight(),

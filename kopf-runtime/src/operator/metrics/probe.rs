@@ -36,3 +36,24 @@ impl KindProbe {
         }
     }
 }
+
+/// What the metrics read of one watch that wakes reconcile handlers (children or related
+/// objects of one kind).
+#[derive(Debug)]
+pub(crate) struct WatchProbe {
+    /// The watched kind, as the `resource` label.
+    pub(super) resource: String,
+    /// `children` or `related`, as the `watch` label.
+    pub(super) role: &'static str,
+    pub(super) health: Arc<KindHealth>,
+}
+
+impl WatchProbe {
+    pub(crate) fn new(info: &ResourceInfo, role: &'static str, health: Arc<KindHealth>) -> Self {
+        Self {
+            resource: info.to_string(),
+            role,
+            health,
+        }
+    }
+}

@@ -104,7 +104,7 @@ fn fixture(registry: Option<Registry>) -> (Supervisor, Arc<Records>, OperatorMet
         health,
         FINALIZER.into(),
     );
-    metrics.attach(vec![probe], &Arc::new(Semaphore::new(4)), 4);
+    metrics.attach(vec![probe], Vec::new(), &Arc::new(Semaphore::new(4)), 4);
     (supervisor, records, metrics)
 }
 
@@ -321,4 +321,30 @@ fn leadership_and_shard_membership_are_gauges() {
     }
     // The identities are not labels.
     assert!(!text.contains("pod-a") && !text.contains("pod-b"), "{text}");
+}
+
+#[test]
+fn child_and_related_watches_are_counted_by_kind_and_role() {
+    let metrics = OperatorMetrics::new(None, None, None);
+    let configmaps = ResourceInfo::new("", "v1", "ConfigMap", "configmaps", true);
+    let secrets = ResourceInfo::new("", "v1", "Secret", "secrets", true);
+    let children = Arc::new(KindHealth::new("configmaps.v1 (children)".into(), 1));
+    let related = Arc::new(KindHealth::new("secrets.v1 (related)".into(), 1));
+    let watches = vec![
+        WatchProbe::new(&configmaps, "children", children.clone()),
+        WatchProbe::new(&secrets, "related", related.clone()),
+    ];
+    metrics.attach(Vec::new(), watches, &Arc::new(Semaphore::new(1)), 1);
+    children.watch_failed(None);
+    children.watch_failed(None);
+    related.relisted();
+    let text = scrape(&metrics);
+    let restarts = "kopf_relation_watch_restarts_total";
+    let relists = "kopf_relation_watch_relists_total";
+    let cm = r#"resource="configmaps.v1",watch="children""#;
+    let secret = r#"resource="secrets.v1",watch="related""#;
+    assert_eq!(sample(&text, restarts, cm), Some(2.0), "{text}");
+    assert_eq!(sample(&text, restarts, secret), Some(0.0), "{text}");
+    assert_eq!(sample(&text, relists, cm), Some(0.0), "{text}");
+    assert_eq!(sample(&text, relists, secret), Some(1.0), "{text}");
 }
