@@ -1,4 +1,4 @@
-//! Level 3: the real operator against a real API server — the cluster of `KUBECONFIG` (kind,
+//! Level 4: the real operator against a real API server — the cluster of `KUBECONFIG` (kind,
 //! k3d, or the kopf-rs repository's `tools/kube-testenv`). Each test runs the operator
 //! in-process on a namespace of its own, drives it through the API, and waits for what should
 //! happen, with a deadline. Without a cluster these tests fail and say so.
@@ -175,7 +175,7 @@ async fn the_reconcile_handler_keeps_the_items_config_map() -> anyhow::Result<()
 /// The client of `KUBECONFIG` (or of the pod's service account), with a clear error without one.
 async fn cluster() -> anyhow::Result<Client> {
     Client::try_default().await.context(
-        "no cluster for the level-3 tests: set KUBECONFIG (kind, k3d, or the kopf-rs \
+        "no cluster for the level-4 tests: set KUBECONFIG (kind, k3d, or the kopf-rs \
          repository's tools/kube-testenv/start.sh), or run only `cargo test --test handlers \
          --test simulation`",
     )

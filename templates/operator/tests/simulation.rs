@@ -1,4 +1,4 @@
-//! Level 2: the handlers as the operator runs them — the same schedules, retries and finalizer
+//! Level 3: the handlers as the operator runs them — the same schedules, retries and finalizer
 //! rules — on objects kept in memory (`kopf_runtime::testing::Simulation`). On tokio's paused
 //! clock, minutes of schedules take milliseconds. No cluster.
 
