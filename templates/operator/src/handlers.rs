@@ -6,33 +6,63 @@ use std::time::Duration;
 
 use kopf_runtime::prelude::*;
 use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
 
 use crate::crd::Backup;
 
 /// How often [`watch_bucket`] looks at its bucket.
 pub const CHECK_EVERY: Duration = Duration::from_secs(30);
 
-/// A daemon: one per `Backup`, for as long as the object exists. It announces itself with an
-/// Event (`kubectl describe backup NAME` shows it), then looks at the bucket every
-/// [`CHECK_EVERY`] until it is asked to stop: when the object is deleted (the object's
-/// finalizer keeps it until the daemon has returned) or when the operator exits.
+/// A daemon: one per `Backup`, for as long as the object exists. It announces the bucket it
+/// watches with an Event (`kubectl describe backup NAME` shows it), and again whenever the spec
+/// names another one; it looks at the bucket every [`CHECK_EVERY`] until it is asked to stop:
+/// when the object is deleted (the object's finalizer keeps it until the daemon has returned)
+/// or when the operator exits.
+///
+/// It takes the object as `Live<Backup>`, its latest version: a daemon runs for as long as the
+/// object exists, and an `Arc<Backup>` would stay the object as it was when the daemon started.
 #[daemon(cancellation_timeout = "10s")]
-pub async fn watch_bucket(backup: Arc<Backup>, stopper: Stopper, events: Events) -> HandlerResult {
-    let bucket = &backup.spec.bucket;
-    if let Err(err) = events
-        .info("Watching", format!("watching the bucket {bucket}"))
-        .await
-    {
-        tracing::warn!(error = %err, "could not post the Watching event");
-    }
+pub async fn watch_bucket(
+    mut backup: Live<Backup>,
+    stopper: Stopper,
+    events: Events,
+) -> HandlerResult {
+    let mut bucket = backup.get().spec.bucket.clone();
+    announce(&events, &bucket).await;
     let mut checks = 0_u64;
-    // `sleep` returns true as soon as the daemon is asked to stop.
-    while !stopper.sleep(CHECK_EVERY).await {
-        checks += 1;
-        tracing::info!(%bucket, checks, "the bucket is there");
+    let mut next_check = Instant::now() + CHECK_EVERY;
+    loop {
+        tokio::select! {
+            // Checked first: a stop wins over a check or a change that is due at the same time.
+            biased;
+            () = stopper.stopped() => break,
+            latest = backup.changed() => {
+                // No more versions will come: the daemon is being stopped.
+                let Some(latest) = latest else { break };
+                // Any change wakes the daemon (the timer's status too): act on the bucket's.
+                if latest.spec.bucket != bucket {
+                    bucket.clone_from(&latest.spec.bucket);
+                    announce(&events, &bucket).await;
+                }
+            }
+            () = tokio::time::sleep_until(next_check) => {
+                checks += 1;
+                tracing::info!(%bucket, checks, "the bucket is there");
+                next_check += CHECK_EVERY;
+            }
+        }
     }
     tracing::info!(reason = %stopper.reason(), checks, "stopped watching");
     Ok(())
+}
+
+/// The `Watching` Event of [`watch_bucket`]. An Event that cannot be posted is logged, and the
+/// daemon goes on.
+async fn announce(events: &Events, bucket: &str) {
+    let note = format!("watching the bucket {bucket}");
+    if let Err(err) = events.info("Watching", note).await {
+        tracing::warn!(error = %err, "could not post the Watching event");
+    }
 }
 
 /// What [`back_up`] stores under `status.back_up` after each run.

@@ -16,8 +16,12 @@
 //! | `--log-format` | `KOPF_LOG_FORMAT` | `human` or `json` | `human` |
 //! | `--log-level` | `KOPF_LOG_LEVEL` | the operator's log level (`RUST_LOG` wins if set) | `info` |
 //! | `--identity` | `POD_NAME` | this replica, in its Events and in the Lease | the host name |
-
-use std::time::Duration;
+//! | `--shutdown-timeout` | `KOPF_SHUTDOWN_TIMEOUT` | how long a graceful stop may take; keep it below the Deployment's `terminationGracePeriodSeconds` (30 s) | `25s` |
+//!
+//! `--help` shows kopf-runtime's defaults, which are what this `main` runs with: it sets no
+//! option on the builder that a flag also sets. If you set one (say `.shutdown_timeout(..)`
+//! before `.args(..)`), the flag still wins, but `--help` no longer shows the effective default:
+//! note it in this table.
 
 use kopf_runtime::{Operator, OperatorArgs};
 // The handlers register themselves when they are linked in; this links them.
@@ -31,8 +35,6 @@ async fn main() -> anyhow::Result<()> {
         // The finalizer (kopf.dev/<name>) and the field manager: the package's name, whatever
         // the binary is called.
         .name(env!("CARGO_PKG_NAME"))
-        // Below the Deployment's terminationGracePeriodSeconds (30 s); --shutdown-timeout wins.
-        .shutdown_timeout(Duration::from_secs(20))
         .args(&args)
         .run()
         .await?;

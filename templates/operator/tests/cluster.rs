@@ -1,4 +1,4 @@
-//! Level 3: the real operator against a real API server — the cluster of `KUBECONFIG` (kind,
+//! Level 4: the real operator against a real API server — the cluster of `KUBECONFIG` (kind,
 //! k3d, or the kopf-rs repository's `tools/kube-testenv`). Each test runs the operator
 //! in-process on a namespace of its own, drives it through the API, and waits for what should
 //! happen, with a deadline. Without a cluster these tests fail and say so.
@@ -58,15 +58,28 @@ async fn the_operator_backs_up_watches_and_lets_go_on_deletion() -> anyhow::Resu
     })
     .await?;
 
-    // The daemon's Event.
+    // The daemon's Event, and another when the spec names another bucket: the daemon follows
+    // the object's latest version (`Live<Backup>`), not the one it started with.
     let events: Api<Event> = Api::namespaced(client.clone(), &ns);
-    wait_until("the Watching event", || async {
-        let list = events.list(&ListParams::default()).await;
-        list.is_ok_and(|l| {
-            l.items
-                .iter()
-                .any(|e| e.reason.as_deref() == Some("Watching"))
-        })
+    let watching = |bucket: &'static str| {
+        let events = events.clone();
+        async move {
+            let list = events.list(&ListParams::default()).await;
+            let note = format!("watching the bucket {bucket}");
+            list.is_ok_and(|l| {
+                l.items.iter().any(|e| {
+                    e.reason.as_deref() == Some("Watching") && e.note.as_deref() == Some(&note)
+                })
+            })
+        }
+    };
+    wait_until("the Watching event", || watching("s3://b")).await?;
+    let change = json!({"spec": {"bucket": "s3://c"}});
+    backups
+        .patch("nightly", &PatchParams::default(), &Patch::Merge(&change))
+        .await?;
+    wait_until("the Watching event of the new bucket", || {
+        watching("s3://c")
     })
     .await?;
 
@@ -162,7 +175,7 @@ async fn the_reconcile_handler_keeps_the_items_config_map() -> anyhow::Result<()
 /// The client of `KUBECONFIG` (or of the pod's service account), with a clear error without one.
 async fn cluster() -> anyhow::Result<Client> {
     Client::try_default().await.context(
-        "no cluster for the level-3 tests: set KUBECONFIG (kind, k3d, or the kopf-rs \
+        "no cluster for the level-4 tests: set KUBECONFIG (kind, k3d, or the kopf-rs \
          repository's tools/kube-testenv/start.sh), or run only `cargo test --test handlers \
          --test simulation`",
     )

@@ -1,5 +1,6 @@
-//! Level 1: the handlers as functions. `#[daemon]` and `#[timer]` leave a function as it is,
-//! so a test calls it with the values the operator would inject. No cluster, no waiting.
+//! Levels 1 and 2 of the testing guide: the handlers as functions, and as the registry holds
+//! them. `#[daemon]` and `#[timer]` leave a function as it is, so a test calls it with the
+//! values the operator would inject. No cluster, no waiting.
 
 use std::sync::Arc;
 

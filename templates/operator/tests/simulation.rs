@@ -1,4 +1,4 @@
-//! Level 2: the handlers as the operator runs them — the same schedules, retries and finalizer
+//! Level 3: the handlers as the operator runs them — the same schedules, retries and finalizer
 //! rules — on objects kept in memory (`kopf_runtime::testing::Simulation`). On tokio's paused
 //! clock, minutes of schedules take milliseconds. No cluster.
 
@@ -13,9 +13,9 @@ use serde_json::json;
 /// it).
 fn simulation() -> Simulation {
     let registry = Registry::from_inventory()
-        .unwrap()
+        .expect("the handlers' ids are unique")
         .select(&["back_up"])
-        .unwrap();
+        .expect("the timer back_up is registered");
     Simulation::new(&registry)
 }
 
