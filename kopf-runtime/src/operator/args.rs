@@ -56,7 +56,7 @@ pub struct OperatorArgs {
     )]
     pub namespaces: Vec<String>,
 
-    /// Watch every namespace (the default; an explicit choice that --namespace cannot join)
+    /// Watch every namespace, also when the program names some (--namespace cannot join it)
     #[arg(short = 'A', long, conflicts_with = "namespaces")]
     pub all_namespaces: bool,
 
@@ -84,24 +84,24 @@ pub struct OperatorArgs {
         hide_env_values = true)]
     pub no_metrics: bool,
 
-    /// How to log: one human-readable line per event, or one JSON object
+    /// How to log: one human-readable line per event, or one JSON object [default: human]
     #[arg(long, value_name = "FORMAT", env = "KOPF_LOG_FORMAT", value_parser = log_format,
-        default_value = "human", hide_env_values = true)]
-    pub log_format: LogFormat,
+        hide_env_values = true)]
+    pub log_format: Option<LogFormat>,
 
     /// Log as JSON (short for --log-format json)
     #[arg(long, conflicts_with = "log_format")]
     pub json: bool,
 
     /// The operator's log level: error, warn, info, debug or trace (RUST_LOG, if set, wins)
+    /// [default: info]
     #[arg(
         long,
         value_name = "LEVEL",
         env = "KOPF_LOG_LEVEL",
-        default_value = "info",
         hide_env_values = true
     )]
-    pub log_level: LevelFilter,
+    pub log_level: Option<LevelFilter>,
 
     /// At most this many requests per second to the API server [default: no limit]
     #[arg(
@@ -178,7 +178,8 @@ pub struct OperatorArgs {
         hide_env_values = true)]
     pub retry_period: Option<Duration>,
 
-    /// This replica's identity in the Leases [default: the pod's name, else the host name]
+    /// This replica's identity in the Leases and its Events [default: the pod's name, else the
+    /// host name]
     #[arg(long, value_name = "NAME", env = "POD_NAME", hide_env_values = true)]
     pub identity: Option<String>,
 }
@@ -207,11 +208,11 @@ impl OperatorArgs {
         <Self as Parser>::parse()
     }
 
-    /// The log format asked for (`--json` or `--log-format`).
+    /// The log format asked for (`--json` or `--log-format`), if any.
     #[must_use]
-    pub fn format(&self) -> LogFormat {
+    pub fn format(&self) -> Option<LogFormat> {
         if self.json {
-            LogFormat::Json
+            Some(LogFormat::Json)
         } else {
             self.log_format
         }
@@ -221,13 +222,17 @@ impl OperatorArgs {
     /// their values (see [`OperatorBuilder::args`](crate::OperatorBuilder::args)).
     pub(crate) fn apply(&self, options: &mut Options) {
         let (args, o) = (self, options);
-        if !args.namespaces.is_empty() {
+        if args.all_namespaces {
+            o.namespaces.clear();
+        } else if !args.namespaces.is_empty() {
             o.namespaces.clone_from(&args.namespaces);
         }
         o.label_selector = args.label_selector.clone().or(o.label_selector.take());
         o.health_addr = args.health.or(o.health_addr);
-        o.log_format = Some(args.format());
-        o.log_level = Some(args.log_level);
+        // `args` installs the logger: in the format asked for, else the program's, else human.
+        o.log_format = Some((args.format().or(o.log_format)).unwrap_or(LogFormat::Human));
+        o.log_level = args.log_level.or(o.log_level);
+        o.instance = args.identity.clone().or(o.instance.take());
         o.requests_per_second = args.max_requests_per_second.or(o.requests_per_second);
         o.max_writes_in_flight = args.max_writes_in_flight.unwrap_or(o.max_writes_in_flight);
         o.max_concurrent_handlers = args.max_concurrent_handlers.or(o.max_concurrent_handlers);
@@ -331,8 +336,8 @@ mod tests {
         }
         let args = parse(&["-n", "a,b", "-n", "c", "--json", "--log-level", "debug"]).unwrap();
         assert_eq!(args.namespaces, ["a", "b", "c"]);
-        assert_eq!(args.format(), LogFormat::Json);
-        assert_eq!(args.log_level, LevelFilter::DEBUG);
+        assert_eq!(args.format(), Some(LogFormat::Json));
+        assert_eq!(args.log_level, Some(LevelFilter::DEBUG));
         for bad in [
             &["-n", "a", "-A"][..],
             &["--leader-election", "a/b", "--sharding", "a/c"],
@@ -377,6 +382,44 @@ mod tests {
         assert_eq!(sharding.lease.lease_duration, Duration::from_secs(4));
         assert_eq!(sharding.lease.identity.as_deref(), Some("pod-0"));
         assert!(args.election().is_none());
+    }
+
+    #[test]
+    fn an_absent_log_flag_keeps_the_programs_choice() {
+        let given = || {
+            crate::Operator::builder()
+                .log_format(LogFormat::Json)
+                .log_level(LevelFilter::WARN)
+        };
+        let kept = given().args(&parse(&[]).unwrap());
+        assert_eq!(kept.options().log_format, Some(LogFormat::Json));
+        assert_eq!(kept.options().log_level, Some(LevelFilter::WARN));
+        // Positive control: a flag wins over the program's choice.
+        let flags = parse(&["--log-format", "human", "--log-level", "debug"]).unwrap();
+        let overridden = given().args(&flags);
+        assert_eq!(overridden.options().log_format, Some(LogFormat::Human));
+        assert_eq!(overridden.options().log_level, Some(LevelFilter::DEBUG));
+        // Neither in the program nor on the command line: human lines at the default level.
+        let neither = crate::Operator::builder().args(&parse(&[]).unwrap());
+        assert_eq!(neither.options().log_format, Some(LogFormat::Human));
+        assert_eq!(neither.options().log_level, None);
+    }
+
+    #[test]
+    fn all_namespaces_overrides_the_programs_namespaces() {
+        let given = || crate::Operator::builder().namespaces(["a", "b"]);
+        let all = given().args(&parse(&["-A"]).unwrap());
+        assert!(all.options().namespaces.is_empty(), "every namespace");
+        // Positive control: without the flag the program's namespaces stay.
+        let kept = given().args(&parse(&[]).unwrap());
+        assert_eq!(kept.options().namespaces, ["a", "b"]);
+    }
+
+    #[test]
+    fn identity_names_the_replica_in_its_events() {
+        let args = parse(&["--identity", "pod-7"]).unwrap();
+        let builder = crate::Operator::builder().args(&args);
+        assert_eq!(builder.options().instance.as_deref(), Some("pod-7"));
     }
 
     #[test]

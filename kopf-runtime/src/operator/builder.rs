@@ -444,6 +444,23 @@ impl OperatorBuilder {
         self
     }
 
+    /// The level of the operator's own log lines when `RUST_LOG` is not set (default: `info`);
+    /// it takes effect with the logger that [`log_format`](Self::log_format) or
+    /// [`args`](Self::args) installs. Feature `logging` (on by default).
+    ///
+    /// ```
+    /// use tracing::level_filters::LevelFilter;
+    /// let builder = kopf_runtime::Operator::builder()
+    ///     .log_format(kopf_runtime::LogFormat::Json)
+    ///     .log_level(LevelFilter::DEBUG);
+    /// # drop(builder);
+    /// ```
+    #[cfg(feature = "logging")]
+    pub fn log_level(mut self, level: tracing::level_filters::LevelFilter) -> Self {
+        self.options.log_level = Some(level);
+        self
+    }
+
     /// Whether the operator's `Warning` Events about a failed handler (`HandlerFailed`) or a
     /// skipped object (`ObjectSkipped`) include the error's causes (default: `false`).
     ///
