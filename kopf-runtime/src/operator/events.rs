@@ -112,13 +112,15 @@ impl WarningNote {
 }
 
 impl EventPoster {
+    /// A poster for `controller`'s Events, reported by `instance` (`None`: the `POD_NAME`
+    /// variable, if set).
     pub(crate) fn new(
         client: Client,
-        controller: String,
+        (controller, instance): (String, Option<String>),
         writes: Arc<Semaphore>,
         error_causes: bool,
     ) -> Self {
-        let instance = std::env::var("POD_NAME").ok();
+        let instance = instance.or_else(|| std::env::var("POD_NAME").ok());
         Self {
             client,
             reporter: Reporter {
@@ -463,7 +465,7 @@ mod tests {
     fn poster(capture: &Capture, error_causes: bool) -> EventPoster {
         let client = Client::new(capture.clone(), "default");
         let writes = Arc::new(Semaphore::new(1));
-        EventPoster::new(client, "kopf".into(), writes, error_causes)
+        EventPoster::new(client, ("kopf".into(), None), writes, error_causes)
     }
 
     fn example() -> ObjectReference {
@@ -482,6 +484,15 @@ mod tests {
         let notes = capture.notes();
         assert_eq!(notes.len(), 1, "{notes:?}");
         notes.into_iter().next().unwrap_or_default()
+    }
+
+    #[tokio::test]
+    async fn the_given_identity_reports_the_events() {
+        let client = Client::new(Capture::default(), "default");
+        let writes = Arc::new(Semaphore::new(1));
+        let named = EventPoster::new(client, ("kopf".into(), Some("pod-7".into())), writes, false);
+        assert_eq!(named.reporter.instance.as_deref(), Some("pod-7"));
+        assert_eq!(named.reporter.controller, "kopf");
     }
 
     /// What the operator posts when a handler fails with a cause that quotes the object.

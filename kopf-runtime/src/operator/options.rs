@@ -50,6 +50,9 @@ pub(crate) struct Options {
     #[cfg(feature = "logging")]
     pub(crate) log_level: Option<tracing::level_filters::LevelFilter>,
     pub(crate) error_causes_in_events: bool,
+    /// This replica's name in its Events' `reportingInstance` (`--identity`; `None`: the
+    /// `POD_NAME` variable, else none).
+    pub(crate) instance: Option<String>,
     pub(crate) leader_election: Option<LeaderElection>,
     pub(crate) sharding: Option<Sharding>,
     /// Where a copy of every handler effect goes (`testing::LiveOperator`'s outcomes).
@@ -108,6 +111,7 @@ impl Default for Options {
             #[cfg(feature = "logging")]
             log_level: None,
             error_causes_in_events: false,
+            instance: None,
             leader_election: None,
             sharding: None,
             outcomes: None,

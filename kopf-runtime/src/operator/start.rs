@@ -324,7 +324,7 @@ fn shared(options: &Options, identity: &Identity, client: Client, replicas: &Rep
     services.insert(client.clone());
     services.insert(EventPoster::new(
         client.clone(),
-        identity.field_manager.clone(),
+        (identity.field_manager.clone(), options.instance.clone()),
         writes.clone(),
         options.error_causes_in_events,
     ));

@@ -64,7 +64,7 @@ fn kind_state(capture: &Capture, elected: bool) -> Arc<KindState> {
     let client = Client::new(capture.clone(), "default");
     let info = ResourceInfo::new("kopf.dev", "v1", "KopfExample", "kopfexamples", true);
     let writes = Arc::new(Semaphore::new(8));
-    let poster = EventPoster::new(client.clone(), "kopf".into(), writes.clone(), false);
+    let poster = EventPoster::new(client.clone(), ("kopf".into(), None), writes.clone(), false);
     let clearance = elected.then(|| Clearance::new(watch::channel(None).1));
     let shared = Shared {
         client: client.clone(),

@@ -136,7 +136,7 @@ fn sharded_kind(
     let client = Client::new(server.clone(), "default");
     let info = ResourceInfo::new("kopf.dev", "v1", "KopfExample", "kopfexamples", true);
     let writes = Arc::new(Semaphore::new(8));
-    let poster = EventPoster::new(client.clone(), "kopf".into(), writes.clone(), false);
+    let poster = EventPoster::new(client.clone(), ("kopf".into(), None), writes.clone(), false);
     let valid = watch::Sender::new(Some(Instant::now() + Duration::from_secs(3600)));
     let shared = Shared {
         client: client.clone(),
