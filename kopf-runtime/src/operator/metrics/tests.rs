@@ -348,3 +348,43 @@ fn child_and_related_watches_are_counted_by_kind_and_role() {
     assert_eq!(sample(&text, relists, cm), Some(0.0), "{text}");
     assert_eq!(sample(&text, relists, secret), Some(1.0), "{text}");
 }
+
+/// The `kopf_…` names in `text` (as written: a counter without `_total`, a duration without
+/// `_seconds`, as prometheus-client takes them).
+fn families(text: &str) -> std::collections::BTreeSet<String> {
+    let mut names = std::collections::BTreeSet::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("kopf_") {
+        let tail = &rest[at..];
+        let end =
+            (tail.find(|c: char| !(c.is_ascii_lowercase() || c == '_'))).unwrap_or(tail.len());
+        let name = tail[..end]
+            .trim_end_matches("_total")
+            .trim_end_matches("_seconds");
+        names.insert(name.to_owned());
+        rest = &tail[end..];
+    }
+    names
+}
+
+#[test]
+fn the_metrics_table_of_the_docs_lists_every_family() {
+    let code = families(include_str!("encode.rs"));
+    let page = include_str!("../../../../docs/operations.md");
+    let rows: String = (page.lines())
+        .filter(|line| line.starts_with("| `kopf_"))
+        .filter_map(|line| line.split('|').nth(1))
+        .collect();
+    let documented = families(&rows);
+    let missing: Vec<_> = code.difference(&documented).collect();
+    let stale: Vec<_> = documented.difference(&code).collect();
+    assert!(
+        missing.is_empty() && stale.is_empty(),
+        "docs/operations.md's metrics table drifted from the registry (metrics/encode.rs): \
+         families without a row {missing:?}, rows without a family {stale:?}"
+    );
+    assert!(
+        code.len() >= 20,
+        "the families are found in the code: {code:?}"
+    );
+}
