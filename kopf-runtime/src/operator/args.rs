@@ -130,6 +130,21 @@ pub struct OperatorArgs {
     )]
     pub max_concurrent_handlers: Option<usize>,
 
+    /// At most this many threads for blocking (`fn`) handlers, for the whole operator
+    /// [default: 512]
+    #[arg(
+        long,
+        value_name = "N",
+        env = "KOPF_MAX_BLOCKING_THREADS",
+        hide_env_values = true
+    )]
+    pub max_blocking_threads: Option<usize>,
+
+    /// The retry delay after an error for handlers that set no backoff, e.g. 10s [default: 60s]
+    #[arg(long, value_name = "DURATION", env = "KOPF_DEFAULT_BACKOFF", value_parser = duration,
+        hide_env_values = true)]
+    pub default_backoff: Option<Duration>,
+
     /// How long a graceful shutdown waits for the handlers, e.g. 30s [default: 25s]
     #[arg(long, value_name = "DURATION", env = "KOPF_SHUTDOWN_TIMEOUT", value_parser = duration,
         hide_env_values = true)]
@@ -236,6 +251,8 @@ impl OperatorArgs {
         o.requests_per_second = args.max_requests_per_second.or(o.requests_per_second);
         o.max_writes_in_flight = args.max_writes_in_flight.unwrap_or(o.max_writes_in_flight);
         o.max_concurrent_handlers = args.max_concurrent_handlers.or(o.max_concurrent_handlers);
+        o.max_blocking_threads = args.max_blocking_threads.unwrap_or(o.max_blocking_threads);
+        o.default_backoff = args.default_backoff.or(o.default_backoff);
         o.shutdown_timeout = args.shutdown_timeout.unwrap_or(o.shutdown_timeout);
         o.request_timeout = args.request_timeout.or(o.request_timeout);
         let limits = &mut o.watch_limits;
@@ -413,6 +430,24 @@ mod tests {
         // Positive control: without the flag the program's namespaces stay.
         let kept = given().args(&parse(&[]).unwrap());
         assert_eq!(kept.options().namespaces, ["a", "b"]);
+    }
+
+    #[test]
+    fn blocking_threads_and_default_backoff_reach_the_options() {
+        let args = parse(&["--max-blocking-threads", "8", "--default-backoff", "10s"]).unwrap();
+        let builder = crate::Operator::builder().args(&args);
+        assert_eq!(builder.options().max_blocking_threads, 8);
+        assert_eq!(
+            builder.options().default_backoff,
+            Some(Duration::from_secs(10))
+        );
+        // Positive control: without the flags, the program's values stay.
+        let given = (crate::Operator::builder())
+            .max_blocking_threads(4)
+            .default_backoff(Duration::from_secs(3));
+        let kept = given.args(&parse(&[]).unwrap());
+        assert_eq!(kept.options().max_blocking_threads, 4);
+        assert_eq!(kept.options().default_backoff, Some(Duration::from_secs(3)));
     }
 
     #[test]
