@@ -22,7 +22,7 @@ use std::time::Duration;
 use kube::Client;
 
 use super::error::OperatorError;
-use super::limits::{RateLimitLayer, RateLimiter};
+use super::limits::{AnswerCountLayer, RateLimitLayer, RateLimiter};
 use crate::operator::ha::fence::{Fence, FenceLayer};
 use deadline::DeadlineLayer;
 #[cfg(test)]
@@ -75,6 +75,7 @@ pub(crate) async fn clients(
     let lease = kube::client::ClientBuilder::try_from(config.clone())
         .map_err(build_error)?
         .with_layer(&DeadlineLayer::uniform(deadlines.lease))
+        .with_layer(&AnswerCountLayer(limiter.clone()))
         .build();
     // The deadline innermost: it counts from the moment the fence let the request through and
     // the rate limit sent it, so it bounds how long after the fence's check a write is waited
@@ -282,5 +283,11 @@ mod tests {
         let watched = bound(s(300), get(&clients.client, watch)).await;
         assert!(timed_out(watched.expect("the watch not cut"), s(30)));
         assert_eq!(start.elapsed(), s(30));
+        // The metrics count the Lease request's failure beside the read's (the followed log
+        // never ended); the statistics count only the main client's four requests.
+        use crate::operator::limits::Verb;
+        let answers = clients.limiter.answers();
+        assert!(answers.contains(&(Verb::Get, 0, 2)), "{answers:?}");
+        assert_eq!(clients.limiter.stats().total, 4);
     }
 }

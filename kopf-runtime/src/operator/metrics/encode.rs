@@ -348,7 +348,7 @@ pub(super) fn requests(encoder: &mut DescriptorEncoder<'_>, limiter: &RateLimite
     let mut m = family(
         encoder,
         "kopf_api_requests",
-        "Requests of the operator's client (handlers' requests through the injected client included) by verb and status code (<error>: no answer)",
+        "Requests of the operator's client (handlers' requests through the injected client and Lease requests included) by verb and status code (<error>: no answer)",
         None,
         MetricType::Counter,
     )?;
