@@ -220,7 +220,7 @@ pub(super) fn instances(encoder: &mut DescriptorEncoder<'_>, kinds: &[KindView<'
     let mut m = family(
         encoder,
         "kopf_handlers_stopping",
-        "Daemon and timer instances asked to stop that have not exited yet",
+        "Instances asked to stop that have not exited yet (daemons, timers, change and reconcile tasks)",
         None,
         gauge_t,
     )?;
@@ -246,6 +246,33 @@ pub(super) fn instances(encoder: &mut DescriptorEncoder<'_>, kinds: &[KindView<'
     )?;
     for h in each(kinds) {
         gauge(&mut m, &h.labels(), &h.census.queued)?;
+    }
+    Ok(())
+}
+
+/// The per-handler families of changes in flight: how many objects, and the longest cycle.
+pub(super) fn changes(encoder: &mut DescriptorEncoder<'_>, kinds: &[KindView<'_>]) -> Result {
+    let (seconds, gauge_t) = (Unit::Seconds, MetricType::Gauge);
+    let changes = || each(kinds).filter(|h| h.spec.kind.is_change());
+    let mut m = family(
+        encoder,
+        "kopf_change_handlers_running",
+        "Objects whose change runs this change handler now (its retries' waits included)",
+        None,
+        gauge_t,
+    )?;
+    for h in changes() {
+        gauge(&mut m, &h.labels(), &h.census.changing)?;
+    }
+    let mut m = family(
+        encoder,
+        "kopf_change_handler_running_longest",
+        "How long the longest of those has been in the handler's current cycle (0: none)",
+        Some(&seconds),
+        gauge_t,
+    )?;
+    for h in changes() {
+        gauge(&mut m, &h.labels(), &h.census.oldest_change.as_secs_f64())?;
     }
     Ok(())
 }

@@ -117,6 +117,7 @@ impl Collector for OperatorCollector {
             let kinds: Vec<_> = attached.kinds.iter().map(encode::KindView::read).collect();
             encode::handlers(&mut encoder, &kinds)?;
             encode::instances(&mut encoder, &kinds)?;
+            encode::changes(&mut encoder, &kinds)?;
             encode::kinds(&mut encoder, &kinds)?;
             encode::watches(&mut encoder, &attached.watches)?;
             encode::writes(

@@ -59,7 +59,8 @@ impl ErasedHandler for Handler {
 
     fn invoke(&self, inv: Invocation) -> Result<Call, HandlerError> {
         let name = inv.object.reference().name.to_string();
-        let daemon = self.0.kind == HandlerKind::Daemon;
+        // A change handler hangs like the daemon, until its task is stopped.
+        let daemon = self.0.kind == HandlerKind::Daemon || self.0.kind.is_change();
         let body = async move {
             if daemon {
                 inv.stopper.stopped().await;
@@ -84,8 +85,17 @@ fn object(name: &str, uid: &str) -> ObjectState {
 
 /// A supervisor with the two handlers, and the metrics reading it.
 fn fixture(registry: Option<Registry>) -> (Supervisor, Arc<Records>, OperatorMetrics) {
-    let handlers: Vec<Arc<dyn ErasedHandler>> =
-        vec![Arc::new(Handler(&WATCHER)), Arc::new(Handler(&TICKER))];
+    fixture_of(&[&WATCHER, &TICKER], registry)
+}
+
+/// A supervisor with `specs`' handlers, and the metrics reading it.
+fn fixture_of(
+    specs: &[&'static HandlerSpec],
+    registry: Option<Registry>,
+) -> (Supervisor, Arc<Records>, OperatorMetrics) {
+    let handlers: Vec<Arc<dyn ErasedHandler>> = (specs.iter())
+        .map(|spec| Arc::new(Handler(spec)) as Arc<dyn ErasedHandler>)
+        .collect();
     let config = SupervisorConfig {
         seed: Some(1),
         ..SupervisorConfig::default()
@@ -387,4 +397,52 @@ fn the_metrics_table_of_the_docs_lists_every_family() {
         code.len() >= 20,
         "the families are found in the code: {code:?}"
     );
+}
+
+/// An `on_create` that hangs (until its task is stopped).
+static CREATOR: HandlerSpec = HandlerSpec::new("creator", HandlerKind::Create);
+
+#[tokio::test(start_paused = true)]
+async fn a_change_handler_in_flight_is_counted_with_its_age() {
+    let (supervisor, records, metrics) = fixture_of(&[&CREATOR, &TICKER], None);
+    let state = object("stuck", "u-s");
+    let view = FinalizerView {
+        finalizers: Some(vec![FINALIZER.to_owned()]),
+        ..FinalizerView::default()
+    };
+    records.seen(state.reference().clone(), view);
+    supervisor.observe(state);
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let text = scrape(&metrics);
+    let creator = handler_labels("creator", "");
+    assert_eq!(
+        sample(&text, "kopf_change_handlers_running", &creator),
+        Some(1.0),
+        "{text}"
+    );
+    let age = sample(
+        &text,
+        "kopf_change_handler_running_longest_seconds",
+        &creator,
+    );
+    assert!(age.is_some_and(|s| (30.0..31.0).contains(&s)), "{text}");
+    // Timers are not change handlers: no such series for them.
+    let ticker = handler_labels("ticker", "");
+    assert_eq!(sample(&text, "kopf_change_handlers_running", &ticker), None);
+    // Paused, the change task is stopped (its handler cancelled, the change resumed later):
+    // the gauges fall back.
+    supervisor.pause();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let text = scrape(&metrics);
+    assert_eq!(
+        sample(&text, "kopf_change_handlers_running", &creator),
+        Some(0.0),
+        "{text}"
+    );
+    let age = sample(
+        &text,
+        "kopf_change_handler_running_longest_seconds",
+        &creator,
+    );
+    assert_eq!(age, Some(0.0), "{text}");
 }

@@ -121,6 +121,8 @@ pub(crate) struct ObjectChanges {
     pub(crate) run: Option<ChangeRun>,
     /// The change task, while it runs.
     pub(crate) task: Option<Arc<InstanceShared>>,
+    /// The handler the task runs or retries, and when its cycle started (for `/metrics`).
+    pub(crate) running: Option<(usize, tokio::time::Instant)>,
     /// The digest of the latest version's essence.
     pub(crate) digest: u64,
     /// The stored state is read from the next version looked at: first sight, or the object
@@ -136,6 +138,11 @@ impl ObjectPart for ObjectChanges {
     fn busy(&self) -> bool {
         self.task.is_some()
     }
+
+    fn running(&self) -> Option<(usize, &InstanceShared, tokio::time::Instant)> {
+        let (task, (index, since)) = (self.task.as_deref()?, self.running?);
+        Some((index, task, since))
+    }
 }
 
 impl ObjectChanges {
@@ -146,6 +153,7 @@ impl ObjectChanges {
             from: None,
             run: None,
             task: None,
+            running: None,
             digest,
             reload: true,
             first_sight: true,

@@ -52,6 +52,7 @@ pub(crate) fn spawn(inner: &Arc<SupervisorCore>, entry: &mut ObjectEntry) {
     };
     let shared = Arc::new(InstanceShared::default());
     changes.task = Some(Arc::clone(&shared));
+    changes.running = None;
     let task = ChangeTask {
         inner: Arc::clone(inner),
         uid: Arc::clone(&entry.reference.uid),
@@ -136,11 +137,12 @@ impl ChangeTask {
                 let handler = &*self.inner.handlers[index];
                 let prefix = &self.inner.config.annotation_prefix;
                 let context = changes.context(handler, object.body(), cause, prefix);
+                let started = monotonic_past(&self.inner.config.wall_clock, started);
+                changes.running = Some((index, started));
                 let shared = Arc::clone(&self.shared);
                 let mut runner = Runner::new(&self.inner, entry, index, shared);
                 runner.change = Some(context);
-                let clock = &self.inner.config.wall_clock;
-                Next::Run(Box::new(runner), retries, monotonic_past(clock, started))
+                Next::Run(Box::new(runner), retries, started)
             }
             Step::Wait { index, at } => {
                 self.current = Some(index);

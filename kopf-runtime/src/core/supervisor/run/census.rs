@@ -22,6 +22,28 @@ pub(crate) struct Census {
     pub(crate) queued: usize,
     /// How long the longest-stopping instance has been stopping.
     pub(crate) oldest_stop: Duration,
+    /// Change handlers: the objects whose change runs (or retries) this handler now.
+    pub(crate) changing: usize,
+    /// Change handlers: how long the longest of those cycles has been going on.
+    pub(crate) oldest_change: Duration,
+}
+
+impl Census {
+    /// Counts one instance (`running_since`: a change handler's cycle start).
+    fn tally(&mut self, shared: &InstanceShared, running_since: Option<Instant>, now: Instant) {
+        if shared.is_stopping() {
+            self.stopping += 1;
+            let since = shared.stopper.since().unwrap_or(now);
+            self.oldest_stop = self.oldest_stop.max(now.saturating_duration_since(since));
+        } else if shared.queued.load(Ordering::Relaxed) {
+            self.queued += 1;
+        } else if let Some(since) = running_since {
+            self.changing += 1;
+            self.oldest_change = self.oldest_change.max(now.saturating_duration_since(since));
+        } else {
+            self.running += 1;
+        }
+    }
 }
 
 impl SupervisorCore {
@@ -65,18 +87,14 @@ impl MeterReader {
         let state = core.lock();
         for entry in state.objects.values() {
             for (slot, counts) in entry.slots.iter().zip(census.iter_mut()) {
-                let Run::Active(active) = &slot.run else {
-                    continue;
-                };
-                if active.shared.is_stopping() {
-                    counts.stopping += 1;
-                    let since = active.shared.stopper.since().unwrap_or(now);
-                    counts.oldest_stop =
-                        counts.oldest_stop.max(now.saturating_duration_since(since));
-                } else if active.shared.queued.load(Ordering::Relaxed) {
-                    counts.queued += 1;
-                } else {
-                    counts.running += 1;
+                if let Run::Active(active) = &slot.run {
+                    counts.tally(&active.shared, None, now);
+                }
+            }
+            // The tasks of other kinds (an object's change task runs one handler at a time).
+            for (index, shared, since) in entry.parts.iter().filter_map(|part| part.running()) {
+                if let Some(counts) = census.get_mut(index) {
+                    counts.tally(shared, Some(since), now);
                 }
             }
         }

@@ -9,10 +9,20 @@
 
 use std::any::Any;
 
+use tokio::time::Instant;
+
+use super::instance::InstanceShared;
+
 /// What a handler kind keeps per object, in the object's entry.
 pub(crate) trait ObjectPart: Any + Send {
     /// Whether a task of the kind runs for the object (then its entry is kept).
     fn busy(&self) -> bool;
+
+    /// The handler the kind's task runs (or retries) for the object now, with the task's shared
+    /// state and since when the handler's current cycle runs, for `/metrics` (default: none).
+    fn running(&self) -> Option<(usize, &InstanceShared, Instant)> {
+        None
+    }
 }
 
 /// One object's parts, at most one per kind.
@@ -44,6 +54,11 @@ impl ObjectParts {
     /// Whether a task of some kind runs for the object.
     pub(crate) fn busy(&self) -> bool {
         self.0.iter().any(|part| part.busy())
+    }
+
+    /// Each kind's part.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &dyn ObjectPart> {
+        self.0.iter().map(|part| &**part)
     }
 }
 
