@@ -8,10 +8,17 @@
 //!   [`Stopper`] — when the object is deleted, stops matching the handler's filters, or the
 //!   operator exits. A finalizer holds the object's deletion until its daemons are gone.
 //! - A **timer** ([`#[timer]`](timer)) is a function called per matching object on a schedule
-//!   (`interval`, `sharp`, `idle`, `initial_delay`, `jitter`, `once`), never overlapping itself;
-//!   its return value is stored under `status.<handler id>`.
+//!   (`interval`, `sharp`, `idle`, `initial_delay`, `jitter`, `once`, or a `cron` expression
+//!   with `tz` and `missed`), never overlapping itself; its return value is stored under
+//!   `status.<handler id>`.
+//! - **Change handlers** ([`#[on_create]`](on_create), [`#[on_update]`](on_update),
+//!   [`#[on_delete]`](on_delete), [`#[on_resume]`](on_resume)) run once per change of an
+//!   object, as kopf's, with their progress kept on the object.
+//! - A **reconcile handler** ([`#[reconcile]`](reconcile)) runs per object whenever it, its
+//!   owned children or related objects change, or its requeue is due, and returns an
+//!   [`Action`].
 //!
-//! Both are plain functions whose parameters are injected by type, in any order: the object,
+//! All are plain functions whose parameters are injected by type, in any order: the object,
 //! its stop flag, a [`Patch`], the `kube::Client`, your shared [`Data`], ... The attributes check
 //! the options and the signature at compile time and register the function; an [`Operator`]
 //! started in `main` watches the resources and runs every registered handler.

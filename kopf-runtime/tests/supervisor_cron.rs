@@ -119,8 +119,8 @@ async fn jitter_delays_each_run_within_its_bound() {
 
 #[tokio::test(start_paused = true)]
 async fn a_retry_runs_only_before_the_next_occurrence() {
-    // Every 10 s; the first run of each occurrence fails: asking for a retry in 3 s (it runs),
-    // then in 15 s (past the next occurrence: dropped).
+    // Every 10 s; the first call fails asking for a retry in 3 s (it runs, within its
+    // occurrence), the third asks for one in 15 s (past the next occurrence: dropped).
     let t = cron("t", "*/10 * * * * *", "UTC", Missed::Skip).run(|ctx| async move {
         match ctx.call {
             0 => Err(HandlerError::temporary("soon", secs(3))),

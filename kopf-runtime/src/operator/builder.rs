@@ -394,8 +394,9 @@ impl OperatorBuilder {
         self
     }
 
-    /// The retry delay after an arbitrary error for every handler that sets no `backoff` of
-    /// its own (default: kopf's 60 s). A handler's `backoff = "..."` wins; a
+    /// The retry delay after an arbitrary error for every daemon, timer and change handler that
+    /// sets no `backoff` of its own (default: kopf's 60 s; a reconcile handler's error backoff
+    /// is its own, 1 s unless set). A handler's `backoff = "..."` wins; a
     /// `HandlerError::temporary` error's own delay wins over both; never less than 1 s.
     ///
     /// ```
