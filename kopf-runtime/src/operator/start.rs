@@ -324,7 +324,7 @@ fn shared(options: &Options, identity: &Identity, client: Client, replicas: &Rep
     services.insert(client.clone());
     services.insert(EventPoster::new(
         client.clone(),
-        (identity.field_manager.clone(), options.instance.clone()),
+        (identity.field_manager.clone(), replica_instance(options)),
         writes.clone(),
         options.error_causes_in_events,
     ));
@@ -396,4 +396,11 @@ fn attach_metrics(
         &shared.writes,
         limit,
     );
+}
+
+/// The replica's name in its Events: `--identity`, else the identity of its Lease (leader
+/// election or sharding) if one was given, else none (the poster falls back to `POD_NAME`).
+fn replica_instance(options: &Options) -> Option<String> {
+    let lease = (options.leader_election.as_ref()).or(options.sharding.as_ref().map(|s| &s.lease));
+    (options.instance.clone()).or_else(|| lease.and_then(|lease| lease.identity.clone()))
 }
