@@ -46,12 +46,20 @@ fn cron_schedule() {
 
 #[test]
 fn cron_mistakes() {
-    let cases: [(TokenStream, &str); 14] = [
+    let cases: [(TokenStream, &str); 16] = [
         (
             quote!(cron = "0 3 * *"),
             "invalid cron expression \"0 3 * *\"",
         ),
-        (quote!(cron = "0 25 * * *"), "6 fields with seconds first"),
+        (quote!(cron = "0 3 * *"), "6 fields with seconds first"),
+        (
+            quote!(cron = "0 25 * * *"),
+            "25 is out of range for the hour (2nd field), which takes 0-23",
+        ),
+        (
+            quote!(cron = "0 9 * * MONDAY"),
+            "the names SUN, MON, TUE, WED, THU, FRI, SAT: did you mean `MON`?",
+        ),
         (quote!(cron = ""), "invalid cron expression"),
         (quote!(cron = "0 0 31 2 *"), "never matches"),
         (

@@ -6,6 +6,7 @@ use croner::parser::{CronParser, Seconds};
 use darling::util::SpannedValue;
 use syn::spanned::Spanned;
 
+use super::cron_fields;
 use super::error::err;
 use crate::args::{DelayArg, MissedArg, RawArgs};
 use crate::model::{Cron, Missed};
@@ -75,13 +76,13 @@ fn without_cron(args: &RawArgs) -> darling::Result<()> {
 /// The expression parses, and matches at least one date.
 fn expression(expr: &SpannedValue<String>) -> darling::Result<()> {
     let cron = parser().parse(expr).map_err(|e| {
-        let reason = e.to_string();
+        // A field at fault is named; otherwise the parser's reason, with the fields' layout.
+        let reason = match cron_fields::diagnose(expr) {
+            Some(field) => field,
+            None => format!("{}; {FIELDS_HINT}", e.to_string().trim_end_matches('.')),
+        };
         err(
-            format!(
-                "invalid cron expression \"{}\": {}; {FIELDS_HINT}",
-                expr.as_str(),
-                reason.trim_end_matches('.')
-            ),
+            format!("invalid cron expression \"{}\": {reason}", expr.as_str()),
             expr.span(),
         )
     })?;

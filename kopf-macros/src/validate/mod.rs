@@ -9,6 +9,7 @@
 //!     ├── resource.rs  the object type, or group/version/plural/kind
 //!     ├── filters.rs   labels(...), annotations(...), field/value
 //!     ├── timer.rs     the schedule ──▶ cron.rs (cron, tz, missed)
+//!     │                  └──▶ cron_fields.rs (which field is wrong, and why)
 //!     ├── change.rs    the change handlers: the watched field, Old/Diff/FieldChange
 //!     ├── reconcile.rs `#[reconcile]`: owns, watches, backoff_max, debounce, cleanup, returns
 //!     └── error.rs     err: a message on a token (used by all of the above)
@@ -20,6 +21,7 @@
 mod change;
 mod common;
 mod cron;
+mod cron_fields;
 mod error;
 mod filters;
 mod kinds;
