@@ -283,6 +283,18 @@ fn expansion_is_hygienic() {
 }
 
 #[test]
+fn injections_come_before_the_blocking_checks() {
+    // A type that is not injectable is reported as that first, not as "async-only".
+    let blocking = quote!(
+        fn report(pod: Arc<Pod>, count: u32) {}
+    );
+    let out = expand(Kind::Timer, quote!(interval = "1s"), blocking).to_string();
+    let inject = out.find(":: Inject <").unwrap_or(usize::MAX);
+    let check = out.find("assert_blocking_safe").unwrap_or(0);
+    assert!(inject < check, "{out}");
+}
+
+#[test]
 fn non_function_items_are_rejected() {
     let out = expand(
         Kind::Daemon,

@@ -98,8 +98,10 @@ pub(crate) fn invoke_fn(model: &HandlerModel, object: &TokenStream) -> TokenStre
             __kopf_invocation: #krate::engine::Invocation,
         ) -> ::core::result::Result<#krate::engine::Call, #krate::HandlerError> {
             let __kopf_prepared = #krate::__private::PreparedCall::new(__kopf_invocation);
-            #(#checks)*
+            // Injections first: a type that cannot be injected at all is reported as that
+            // before (not after) the blocking-safety check it fails as well.
             #(#lets)*
+            #(#checks)*
             ::core::result::Result::Ok(#run)
         }
     }
