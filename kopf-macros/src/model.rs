@@ -169,4 +169,6 @@ pub(crate) enum JsonLiteral {
 pub(crate) struct Watched {
     pub(crate) path: String,
     pub(crate) segments: Vec<String>,
+    /// The `T` of the handler's `FieldChange<T>` parameter, if it takes one.
+    pub(crate) value_type: Option<syn::Type>,
 }

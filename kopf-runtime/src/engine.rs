@@ -132,8 +132,8 @@ pub use crate::core::object::{ObjectError, ObjectState};
 pub use crate::core::reconcile::kinds::{KindRef, Related, Target, Trigger};
 pub use crate::core::sink::{PatchSink, PatchSinkHandle};
 pub use crate::core::spec::{
-    ChangeOptions, CronSchedule, ErrorsMode, HandlerKind, HandlerSpec, Missed, ReconcileOptions,
-    SourceLocation, TimerSchedule, WatchedField,
+    ChangeOptions, CronSchedule, ErrorsMode, FieldType, HandlerKind, HandlerSpec, Missed,
+    ReconcileOptions, SourceLocation, TimerSchedule, WatchedField,
 };
 pub use crate::core::supervisor::{
     BlockingPool, InScope, ShutdownReport, Stats, Supervisor, SupervisorConfig,

@@ -274,7 +274,7 @@ pub mod prelude {
 pub mod __private {
     pub use crate::handler::{
         ChangeHandlerKind, CleanupFn, DaemonKind, HandlerReturn, PreparedCall, ReconcileReturn,
-        TimerKind, assert_blocking_safe, kind_ref, map_related, start_cleanup,
+        TimerKind, assert_blocking_safe, decode_probe, kind_ref, map_related, start_cleanup,
     };
     pub use inventory;
     pub use kube::api::DynamicObject;

@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kopf_examples::crd::KopfExample;
-use kopf_runtime::{HandlerResult, timer};
+use kopf_runtime::{FieldChange, HandlerResult, on_update, timer};
 use kopf_tests::{TestNamespace, install_crd, is_not_found, try_wait_for, wait_until};
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{CustomResourceExt as _, Resource};
@@ -48,6 +48,14 @@ async fn summarize(obj: Arc<quickstart::Backup>) -> HandlerResult<Value> {
 async fn summarize_old(obj: Arc<old::Backup>) -> HandlerResult<Value> {
     Ok(summary(&obj.spec.bucket))
 }
+
+/// A watched field decoded into a type its schema does not fit: `spec.bucket` is a string.
+#[on_update(id = "bucket-as-number", field = "spec.bucket")]
+async fn bucket_as_number(_obj: Arc<quickstart::Backup>, _bucket: FieldChange<u64>) {}
+
+/// The same field decoded into a type that fits it.
+#[on_update(id = "bucket-as-text", field = "spec.bucket")]
+async fn bucket_as_text(_obj: Arc<quickstart::Backup>, _bucket: FieldChange<String>) {}
 
 /// How often `configmap_result` ran.
 static CONFIGMAP_RUNS: AtomicUsize = AtomicUsize::new(0);
@@ -231,6 +239,50 @@ async fn the_old_quick_start_status_prunes_nested_results_and_is_warned_about() 
     }
     // ...and the timer's result is stored emptied, as the warning says.
     wait_stored::<old::Backup>(&ns, "summarize-old", &json!({})).await;
+
+    op.shutdown().await;
+    ns.cleanup().await?;
+    delete_backup_crd().await?;
+    Ok(())
+}
+
+/// A `FieldChange<T>` whose `T` cannot decode what the CRD's schema admits at its field is
+/// warned about at start-up, naming the handler, the field, the type and one that fits; one
+/// that fits is not.
+#[tokio::test]
+async fn a_field_change_of_the_wrong_type_is_warned_about_at_start_up() -> anyhow::Result<()> {
+    let logs = Logs::installed();
+    let _turn = BACKUP_CRD.lock().await;
+    let obj = quickstart::Backup::new(
+        "nightly",
+        quickstart::BackupSpec {
+            bucket: "s3://x".to_owned(),
+            items: Vec::new(),
+        },
+    );
+    let ns = nightly_backup(&quickstart::Backup::crd(), obj).await?;
+    let ids = ["summarize", "bucket-as-number", "bucket-as-text"];
+    let op = operator(&ns, &ids).await?.start().await?;
+    let warning = "takes `FieldChange<u64>` for `spec.bucket`";
+    wait_until("a warning about bucket-as-number", PROMPTLY, || async {
+        !logs.lines_with(warning).is_empty()
+    })
+    .await;
+    // The check runs before the watch: once a result is stored, every warning is out.
+    wait_stored::<quickstart::Backup>(&ns, "summarize", &summary("s3://x")).await;
+    let warned = logs.lines_with(warning);
+    assert_eq!(warned.len(), 1, "warned once: {warned:?}");
+    for needle in [
+        "WARN",
+        "bucket-as-number",
+        "a string",
+        "`String`",
+        "backups",
+    ] {
+        assert!(warned[0].contains(needle), "no `{needle}` in {warned:?}");
+    }
+    let fitting = logs.lines_with("FieldChange<String>");
+    assert!(fitting.is_empty(), "a false warning: {fitting:?}");
 
     op.shutdown().await;
     ns.cleanup().await?;

@@ -86,15 +86,45 @@ fn field(krate: &syn::Path, field: Option<&Field>) -> TokenStream {
 
 /// A change handler's options: `#[on_update(field = ...)]` watches its field.
 fn change(krate: &syn::Path, watch: Option<&Watched>) -> TokenStream {
-    let Some(Watched { path, segments }) = watch else {
+    let Some(Watched {
+        path,
+        segments,
+        value_type,
+    }) = watch
+    else {
         return quote!(#krate::engine::ChangeOptions::NONE);
     };
+    let decoded_as = value_type.as_ref().map(|ty| {
+        let name = type_text(ty);
+        quote_spanned! {ty.span()=>
+            .decoded_as(#krate::engine::FieldType {
+                name: #name,
+                decode: #krate::__private::decode_probe::<#ty>,
+            })
+        }
+    });
     quote! {
         #krate::engine::ChangeOptions::watching(#krate::engine::WatchedField {
             path: #path,
             segments: &[#(#segments),*],
         })
+        #decoded_as
     }
+}
+
+/// A type as written, for messages (`Option < String >` → `Option<String>`).
+fn type_text(ty: &syn::Type) -> String {
+    let mut text = quote!(#ty).to_string();
+    for (from, to) in [
+        (" :: ", "::"),
+        (" <", "<"),
+        ("< ", "<"),
+        (" >", ">"),
+        (" ,", ","),
+    ] {
+        text = text.replace(from, to);
+    }
+    text
 }
 
 /// The `HandlerSpec` value (a const expression). Fields not listed come from

@@ -279,3 +279,22 @@ fn change_codegen() {
     let out = expand(Kind::Delete, quote!(optional), pod_handler()).to_string();
     assert!(out.contains("finalizer : false"), "{out}");
 }
+
+#[test]
+fn a_field_change_parameter_names_its_type_for_the_schema_check() {
+    let handler = quote!(
+        async fn handle(pod: Arc<Pod>, c: kopf_runtime::FieldChange<Option<std::string::String>>) {}
+    );
+    let out = expand(Kind::Update, quote!(field = "spec.size"), handler).to_string();
+    for expected in [
+        ". decoded_as (:: kopf_runtime :: engine :: FieldType { name : \
+         \"Option<std::string::String>\" ,",
+        "decode : :: kopf_runtime :: __private :: decode_probe :: < Option < std :: string :: \
+         String > > ,",
+    ] {
+        assert!(out.contains(expected), "{expected} in {out}");
+    }
+    // Without a `FieldChange`, there is no type to check.
+    let out = expand(Kind::Update, quote!(field = "spec.size"), pod_handler()).to_string();
+    assert!(!out.contains("decoded_as"), "{out}");
+}

@@ -17,12 +17,14 @@ pub(crate) fn watch(
     kind: Kind,
     field: Option<Field>,
     has_value: bool,
+    sig: &Signature,
 ) -> (Option<Field>, Option<Watched>) {
     match field {
         Some(field) if kind == Kind::Update => {
             let watched = Watched {
                 path: field.path.clone(),
                 segments: field.segments.clone(),
+                value_type: sig.params.iter().find_map(field_change_arg),
             };
             (has_value.then_some(field), Some(watched))
         }
@@ -44,6 +46,31 @@ fn type_name(ty: &Type) -> Option<(String, Span)> {
         Type::Paren(paren) => type_name(&paren.elem),
         _ => None,
     }
+}
+
+/// The `T` of a `FieldChange<T>` parameter (with any path prefix), if `ty` is one.
+fn field_change_arg(ty: &Type) -> Option<Type> {
+    let Type::Path(TypePath {
+        qself: None, path, ..
+    }) = ty
+    else {
+        return match ty {
+            Type::Group(group) => field_change_arg(&group.elem),
+            Type::Paren(paren) => field_change_arg(&paren.elem),
+            _ => None,
+        };
+    };
+    let last = path.segments.last()?;
+    if last.ident != "FieldChange" {
+        return None;
+    }
+    let syn::PathArguments::AngleBracketed(args) = &last.arguments else {
+        return None;
+    };
+    args.args.iter().find_map(|arg| match arg {
+        syn::GenericArgument::Type(ty) => Some(ty.clone()),
+        _ => None,
+    })
 }
 
 /// Why `kind` is not given a parameter of type `name`, if it is not.

@@ -106,7 +106,7 @@ pub(crate) fn model(
     attr_span: Span,
 ) -> darling::Result<HandlerModel> {
     let checked = check(kind, &args, &sig, attr_span)?;
-    let (field, watch) = change::watch(kind, checked.field, args.value.is_some());
+    let (field, watch) = change::watch(kind, checked.field, args.value.is_some(), &sig);
     Ok(HandlerModel {
         kind,
         krate: common::krate(args.krate),

@@ -148,11 +148,17 @@ pub enum Missed {
 pub struct ChangeOptions {
     /// `#[on_update(field = "...")]`: called only when this field changed.
     pub field: Option<WatchedField>,
+    /// The type the handler decodes the watched field into (its `FieldChange<T>`), if it takes
+    /// one: checked against the CRD's schema at start-up.
+    pub value_type: Option<FieldType>,
 }
 
 impl ChangeOptions {
     /// No options.
-    pub const NONE: Self = Self { field: None };
+    pub const NONE: Self = Self {
+        field: None,
+        value_type: None,
+    };
 
     /// Watches this field (`#[on_update(field = "spec.size")]`).
     ///
@@ -164,8 +170,50 @@ impl ChangeOptions {
     /// ```
     #[must_use]
     pub const fn watching(field: WatchedField) -> Self {
-        Self { field: Some(field) }
+        Self {
+            field: Some(field),
+            value_type: None,
+        }
     }
+
+    /// The handler decodes the watched field into `value_type` (it takes a `FieldChange<T>`).
+    ///
+    /// ```
+    /// use kopf_runtime::engine::{ChangeOptions, FieldType, WatchedField};
+    /// const OPTIONS: ChangeOptions =
+    ///     ChangeOptions::watching(WatchedField { path: "spec.size", segments: &["spec", "size"] })
+    ///         .decoded_as(FieldType {
+    ///             name: "u64",
+    ///             decode: kopf_runtime::__private::decode_probe::<u64>,
+    ///         });
+    /// let decode = OPTIONS.value_type.map(|t| t.decode);
+    /// assert!(decode.is_some_and(|decode| decode(&serde_json::json!("1Gi")).is_err()));
+    /// ```
+    #[must_use]
+    pub const fn decoded_as(self, value_type: FieldType) -> Self {
+        Self {
+            value_type: Some(value_type),
+            ..self
+        }
+    }
+}
+
+/// The Rust type a handler decodes its watched field into, for the start-up check of the field
+/// against the CRD's schema: a `FieldChange<u64>` on a field the schema declares a string
+/// compiles, and would fail on every call.
+///
+/// ```
+/// use kopf_runtime::engine::FieldType;
+/// let t = FieldType { name: "String", decode: kopf_runtime::__private::decode_probe::<String> };
+/// assert!((t.decode)(&serde_json::json!("s3://x")).is_ok());
+/// assert!((t.decode)(&serde_json::json!(1)).is_err());
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct FieldType {
+    /// The type as written (`u64`, `Option<String>`), for messages.
+    pub name: &'static str,
+    /// Decodes a value into the type: `Err` with the decoder's message when it cannot.
+    pub decode: fn(&serde_json::Value) -> Result<(), String>,
 }
 
 /// A field an update handler watches: its dotted path, split at compile time.

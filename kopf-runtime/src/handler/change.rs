@@ -112,6 +112,21 @@ impl<K> Inject<K> for Diff {
     }
 }
 
+/// Whether `value` decodes into `T`: the probe behind [`FieldType::decode`](crate::engine::FieldType)
+/// that `#[on_update(field = ...)]` generates for a `FieldChange<T>`.
+///
+/// ```
+/// use kopf_runtime::__private::decode_probe;
+/// assert!(decode_probe::<u64>(&serde_json::json!(3)).is_ok());
+/// assert!(decode_probe::<u64>(&serde_json::json!("3")).is_err());
+/// ```
+///
+/// # Errors
+/// The decoder's message when `value` does not decode into `T`.
+pub fn decode_probe<T: DeserializeOwned>(value: &serde_json::Value) -> Result<(), String> {
+    T::deserialize(value).map(drop).map_err(|e| e.to_string())
+}
+
 impl<K> BlockingSafe for Old<K> {}
 impl<T> BlockingSafe for FieldChange<T> {}
 impl BlockingSafe for Diff {}

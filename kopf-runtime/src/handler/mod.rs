@@ -17,7 +17,7 @@ mod resource;
 mod status;
 mod typed;
 
-pub use change::{FieldChange, Old};
+pub use change::{FieldChange, Old, decode_probe};
 pub use child_error::ChildError;
 pub use children::Children;
 pub use echoes::{ChildWrites, Echoes};

@@ -53,6 +53,7 @@ use crate::operator::events::{EventPoster, WarningNote, reference};
 use crate::operator::ha::sharding::ShardWatch;
 use crate::operator::health::KindHealth;
 use crate::operator::identity::is_foreign_kopf_finalizer;
+use crate::operator::schema;
 use crate::operator::scope::{Follower, Scope};
 use crate::operator::watched::Watched;
 use crate::operator::write::finalizer::Finalizers;
@@ -105,7 +106,7 @@ pub(crate) fn launch(
     handlers: Vec<Arc<dyn ErasedHandler>>,
     health: Arc<KindHealth>,
 ) -> (Arc<KindState>, AbortHandle) {
-    let ids: Vec<&'static str> = handlers.iter().map(|h| h.spec().id).collect();
+    let checks = schema::Checks::of(&handlers);
     let handlers = match &shared.cap {
         Some(cap) => handlers
             .into_iter()
@@ -165,7 +166,7 @@ pub(crate) fn launch(
         writer,
         shared.selection.clone(),
         watch_health,
-        ids,
+        checks,
         sharded,
         shared.watch_stop.clone(),
     );

@@ -57,7 +57,7 @@ pub(crate) async fn serve<O: Observer>(
     writer: Writer,
     selection: Selection,
     health: Arc<KindHealth>,
-    ids: Vec<&'static str>,
+    checks: schema::Checks,
     sharded: Option<Sharded>,
     stop: CancellationToken,
 ) {
@@ -67,7 +67,7 @@ pub(crate) async fn serve<O: Observer>(
     else {
         return;
     };
-    schema::warn_if_pruned(&writer.client, &writer.info, &ids).await;
+    schema::check(&writer.client, &writer.info, &checks).await;
     health.set_phase(WatchPhase::Listing);
     // The API server ends each watch within the idle bound, so a silence longer than that is a
     // dead connection (see `health::pulse`); bookmarks (on by default) keep the resourceVersion

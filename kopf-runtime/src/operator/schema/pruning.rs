@@ -1,11 +1,8 @@
-//! A start-up check: would the CRD's structural schema prune `status.<handler id>`?
+//! Would the CRD's structural schema prune `status.<handler id>`?
 
-use kube::Client;
-use kube::api::{Api, DynamicObject};
-use kube::core::ApiResource;
 use serde_json::Value;
 
-use crate::core::resource::ResourceInfo;
+use super::crd::version_schema;
 
 /// What the API server's pruning does to a handler's result stored under `status.<handler id>`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,15 +56,7 @@ fn keeps_results(schema: &Value) -> bool {
 /// What the schema of `version` in the CRD body `crd` does to the results of handler `id`,
 /// stored under `status.<id>`. No schema (e.g. a legacy CRD) prunes nothing.
 pub(crate) fn pruning(crd: &Value, version: &str, id: &str) -> Pruning {
-    let Some(root) = crd
-        .pointer("/spec/versions")
-        .and_then(Value::as_array)
-        .and_then(|vs| {
-            vs.iter()
-                .find(|v| v.get("name").and_then(Value::as_str) == Some(version))
-        })
-        .and_then(|v| v.pointer("/schema/openAPIV3Schema"))
-    else {
+    let Some(root) = version_schema(crd, version) else {
         return Pruning::Kept;
     };
     let status = match field(root, "status") {
@@ -88,57 +77,6 @@ fn preserves(schema: &Value) -> bool {
         .get("x-kubernetes-preserve-unknown-fields")
         .and_then(Value::as_bool)
         == Some(true)
-}
-
-/// Fetches the CRD of `info` (if it is one) and warns once about each handler id whose results
-/// the schema would prune.
-///
-/// # Cancellation safety
-/// Cancel safe: it only reads.
-pub(crate) async fn warn_if_pruned(client: &Client, info: &ResourceInfo, ids: &[&str]) {
-    if info.group.is_empty() || ids.is_empty() {
-        return;
-    }
-    let crds = ApiResource {
-        group: "apiextensions.k8s.io".into(),
-        version: "v1".into(),
-        api_version: "apiextensions.k8s.io/v1".into(),
-        kind: "CustomResourceDefinition".into(),
-        plural: "customresourcedefinitions".into(),
-    };
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), &crds);
-    let name = format!("{}.{}", info.plural, info.group);
-    let crd = match api.get_opt(&name).await {
-        Ok(Some(crd)) => crd,
-        Ok(None) => return, // a built-in or aggregated resource: no CRD schema to check
-        Err(err) => {
-            tracing::debug!(crd = %name, error = %err, "cannot read the CRD to check its schema");
-            return;
-        }
-    };
-    let Ok(body) = serde_json::to_value(&crd) else {
-        return;
-    };
-    for &id in ids {
-        match pruning(&body, &info.version, id) {
-            Pruning::Kept => {}
-            Pruning::Dropped => tracing::warn!(
-                resource = %info, handler = id,
-                "the CRD's schema would prune `status.{id}`: results of handler `{id}` will be \
-                 dropped by the API server; use `kopf_runtime::SchemalessStatus` as the status \
-                 type (`x-kubernetes-preserve-unknown-fields: true` on `status`, without \
-                 `additionalProperties`) or declare `status.{id}` in the schema"
-            ),
-            Pruning::Emptied => tracing::warn!(
-                resource = %info, handler = id,
-                "the CRD's schema would prune `status.{id}`: the API server keeps the key but \
-                 drops everything nested in the results of handler `{id}`, because `status` has \
-                 `additionalProperties` that do not preserve unknown fields (a `#[serde(flatten)]` \
-                 map generates `additionalProperties: true`); use `kopf_runtime::SchemalessStatus` \
-                 as the status type, or remove `additionalProperties` from `status`"
-            ),
-        }
-    }
 }
 
 #[cfg(test)]
