@@ -9,7 +9,8 @@ use jiff::Timestamp;
 use serde_json::Value;
 
 use crate::core::changes::base::DiffBase;
-use crate::core::changes::essence::{self, EssenceCfg, Observed};
+use crate::core::changes::essence::{self, EssenceCfg};
+use crate::core::changes::field::Observed;
 use crate::core::changes::machine::{ChangeRun, Detected, Inputs, detect};
 use crate::core::changes::progress::Progress;
 use crate::core::changes::{BuildError, ChangeHandler, ChangeHandlers, ChangeKind, FieldPath};
