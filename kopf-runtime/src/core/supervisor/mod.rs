@@ -36,7 +36,7 @@ pub(crate) mod rules;
 pub(crate) mod run;
 mod shutdown;
 
-pub(crate) use self::changes::check as check_change_handlers;
+pub(crate) use self::changes::state::check as check_change_handlers;
 pub(crate) use self::run::{census, meter};
 
 use std::fmt;
