@@ -2,7 +2,8 @@
 //! as a table. The running code (`run/`, `daemons/`, `changes/`) asks them and does what they
 //! say.
 //!
-//! - `ladder`: the stop ladder of one instance (soft stop, cancellation, abandonment).
+//! - `ladder`: the stop ladder of one instance (soft stop, cancellation, abandonment), and how
+//!   far a stop went on it (`StopStep`).
 //! - `policy`: retries and backoff of failed invocations.
 //! - `schedule`: a timer's interval, idle and jitter arithmetic.
 //! - `cron`: a cron timer's occurrences (the latest missed, the next one).

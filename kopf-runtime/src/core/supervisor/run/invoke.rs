@@ -12,13 +12,13 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, Sleep};
 
 use super::blocking::{Thread, spawn_thread};
-use super::meter::{InvocationResult, StopStep};
+use super::meter::InvocationResult;
 use super::runner::{Runner, panic_message};
 use super::state::Exit;
 use crate::core::erased::{Call, Invocation, Output};
 use crate::core::outcome::HandlerError;
 use crate::core::stop::{StopReason, Stopper};
-use crate::core::supervisor::rules::ladder::{Action, Input, Ladder, LadderConfig};
+use crate::core::supervisor::rules::ladder::{Action, Input, Ladder, LadderConfig, StopStep};
 
 type Outcome = Result<Output, HandlerError>;
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, watch};
 use tokio::time::Instant;
 
-use super::meter::{HandlerMeter, InvocationResult, StopStep};
+use super::meter::{HandlerMeter, InvocationResult};
 use super::state::{Exit, IdleClock, InstanceShared, ObjectEntry, SupervisorCore};
 use crate::core::effects::Effect;
 use crate::core::erased::{ErasedHandler, Output};
@@ -17,6 +17,7 @@ use crate::core::memo::ObjectMemo;
 use crate::core::object::{ObjectRef, ObjectState};
 use crate::core::outcome::HandlerError;
 use crate::core::spec::{HandlerKind, HandlerSpec};
+use crate::core::supervisor::rules::ladder::StopStep;
 use crate::core::supervisor::rules::policy::{Verdict, judge};
 
 /// The context of one instance's task.
