@@ -19,12 +19,12 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::state::{ObjectChanges, facts};
+use crate::core::call::Output;
 use crate::core::changes::machine::Step;
 use crate::core::changes::write::ChangeWrite;
 use crate::core::changes::{ChangeKind, Outcome};
 use crate::core::clock::{monotonic, monotonic_past};
-use crate::core::erased::Output;
-use crate::core::supervisor::rules::policy::Verdict;
+use crate::core::supervisor::rules::verdict::Verdict;
 use crate::core::supervisor::run::invoke::{Attempt, AttemptEnd};
 use crate::core::supervisor::run::runner::Runner;
 use crate::core::supervisor::run::state::{Exit, InstanceShared, ObjectEntry, SupervisorCore};

@@ -20,14 +20,14 @@ use jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
 use tokio::time::Instant;
 
+use crate::core::call::Output;
 use crate::core::clock::{WallClock, monotonic, monotonic_past};
-use crate::core::erased::Output;
 use crate::core::keys::{cron_key, legacy_cron_key};
 use crate::core::spec::{CronSchedule, Missed};
 use crate::core::supervisor::rules::cron::Plan;
 use crate::core::supervisor::rules::exit::Exit;
-use crate::core::supervisor::rules::policy::Verdict;
 use crate::core::supervisor::rules::schedule::draw_jitter;
+use crate::core::supervisor::rules::verdict::Verdict;
 use crate::core::supervisor::run::invoke::{Attempt, AttemptEnd};
 use crate::core::supervisor::run::runner::Runner;
 use crate::core::sync::lock;

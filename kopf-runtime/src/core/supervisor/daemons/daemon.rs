@@ -10,7 +10,7 @@
 use tokio::time::Instant;
 
 use crate::core::supervisor::rules::exit::Exit;
-use crate::core::supervisor::rules::policy::Verdict;
+use crate::core::supervisor::rules::verdict::Verdict;
 use crate::core::supervisor::run::invoke::{Attempt, AttemptEnd};
 use crate::core::supervisor::run::runner::Runner;
 

@@ -14,8 +14,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::core::supervisor::rules::exit::Exit;
-use crate::core::supervisor::rules::policy::Verdict;
 use crate::core::supervisor::rules::schedule::{MIN_INTERVAL, draw_jitter, next_sharp_tick};
+use crate::core::supervisor::rules::verdict::Verdict;
 use crate::core::supervisor::run::invoke::{Attempt, AttemptEnd};
 use crate::core::supervisor::run::runner::Runner;
 

@@ -13,12 +13,13 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::part::judge;
-use crate::core::erased::{Call, ErasedHandler, Invocation, MatchError, Output};
+use crate::core::call::{Call, Output};
+use crate::core::erased::{ErasedHandler, Invocation, MatchError};
 use crate::core::object::ObjectState;
 use crate::core::outcome::HandlerError;
 use crate::core::reconcile::machine::{Ended, MIN_DELAY};
 use crate::core::spec::HandlerSpec;
-use crate::core::supervisor::rules::policy::Verdict;
+use crate::core::supervisor::rules::verdict::Verdict;
 use crate::core::supervisor::run::invoke::{Attempt, AttemptEnd};
 use crate::core::supervisor::run::runner::Runner;
 use crate::core::supervisor::run::state::Exit;

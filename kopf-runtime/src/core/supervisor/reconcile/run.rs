@@ -19,11 +19,11 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::part::{Pulse, judge};
-use crate::core::erased::Output;
+use crate::core::call::Output;
 use crate::core::outcome::HandlerError;
 use crate::core::reconcile::action::Action;
 use crate::core::reconcile::machine::{Ended, Input, Machine, Rules, Step};
-use crate::core::supervisor::rules::policy::Verdict;
+use crate::core::supervisor::rules::verdict::Verdict;
 use crate::core::supervisor::run::invoke::{Attempt, AttemptEnd};
 use crate::core::supervisor::run::runner::Runner;
 use crate::core::supervisor::run::state::Exit;

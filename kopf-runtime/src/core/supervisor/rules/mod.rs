@@ -4,7 +4,7 @@
 //!
 //! - `ladder`: the stop ladder of one instance (soft stop, cancellation, abandonment), and how
 //!   far a stop went on it (`StopStep`).
-//! - `policy`: retries and backoff of failed invocations.
+//! - `policy`: retries and backoff of failed invocations, decided as a `verdict`.
 //! - `schedule`: a timer's interval, idle and jitter arithmetic.
 //! - `cron`: a cron timer's occurrences (the latest missed, the next one).
 //! - `exit`: how an instance ended.
@@ -14,3 +14,4 @@ pub(crate) mod exit;
 pub(crate) mod ladder;
 pub(crate) mod policy;
 pub(crate) mod schedule;
+pub(crate) mod verdict;

@@ -11,14 +11,16 @@ use tokio::time::Instant;
 
 use super::meter::{HandlerMeter, InvocationResult};
 use super::state::{Exit, IdleClock, InstanceShared, ObjectEntry, SupervisorCore};
+use crate::core::call::Output;
 use crate::core::effects::Effect;
-use crate::core::erased::{ErasedHandler, Output};
+use crate::core::erased::ErasedHandler;
 use crate::core::memo::ObjectMemo;
 use crate::core::object::{ObjectRef, ObjectState};
 use crate::core::outcome::HandlerError;
 use crate::core::spec::{HandlerKind, HandlerSpec};
 use crate::core::supervisor::rules::ladder::StopStep;
-use crate::core::supervisor::rules::policy::{Verdict, judge};
+use crate::core::supervisor::rules::policy::judge;
+use crate::core::supervisor::rules::verdict::Verdict;
 
 /// The context of one instance's task.
 pub(crate) struct Runner {
