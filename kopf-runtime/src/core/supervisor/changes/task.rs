@@ -25,7 +25,7 @@ use crate::core::changes::write::ChangeWrite;
 use crate::core::changes::{ChangeKind, Outcome};
 use crate::core::clock::{monotonic, monotonic_past};
 use crate::core::supervisor::rules::verdict::Verdict;
-use crate::core::supervisor::run::invoke::{Attempt, AttemptEnd};
+use crate::core::supervisor::run::attempt::{Attempt, AttemptEnd, Instance};
 use crate::core::supervisor::run::runner::Runner;
 use crate::core::supervisor::run::state::{Exit, InstanceShared, ObjectEntry, SupervisorCore};
 
@@ -200,7 +200,7 @@ impl ChangeTask {
             occurrence: None,
             due: None,
         };
-        let (outcome, output) = match attempt.run(runner).await {
+        let (outcome, output) = match runner.attempt(attempt).await {
             AttemptEnd::Stopped(exit) => return Some(self.stopped(exit)),
             AttemptEnd::Finished(Ok(output)) => {
                 tracing::debug!(object = %runner.reference, handler = runner.spec.id,

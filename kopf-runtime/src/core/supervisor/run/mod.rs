@@ -11,6 +11,7 @@
 //!  instance, meter, census, stats, report, outputs, blocking
 //! ```
 
+pub(crate) mod attempt;
 pub(crate) mod blocking;
 pub(crate) mod census;
 pub(crate) mod instance;
