@@ -5,7 +5,7 @@
 //!
 //! ```text
 //!  lifecycle ──spawns──▶ run.rs      the reconcile loop: Machine ◀── triggers, essence changes,
-//!      │                              deadlines; runs through run/invoke (one road out)
+//!      │                              deadlines; runs attempts through run/attempt (one road out)
 //!      └──(deleting, with a cleanup)──▶ cleanup.rs  the cleanup, retried with the backoff,
 //!                                                   then Done: the finalizer is released
 //!  Supervisor::trigger ──▶ part.rs: the object's part (`Triggers`, a counter each instance
