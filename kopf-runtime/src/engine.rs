@@ -122,10 +122,11 @@
 //! }
 //! ```
 
+pub use crate::core::call::{Call, Output};
 pub use crate::core::clock::WallClock;
 pub use crate::core::diff::{ChangeContext, FieldValues};
 pub use crate::core::effects::Effect;
-pub use crate::core::erased::{Call, ErasedHandler, Invocation, MatchError, Output, Services};
+pub use crate::core::erased::{ErasedHandler, Invocation, MatchError, Services};
 pub use crate::core::filter::{FieldFilter, Filters, JsonLiteral, MetaFilter, ValueFilter};
 pub use crate::core::memo::ObjectMemo;
 pub use crate::core::object::{ObjectError, ObjectState};

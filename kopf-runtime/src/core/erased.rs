@@ -1,5 +1,6 @@
 //! The type-erased handler interface between generated code and the supervisor: what the core
-//! calls ([`ErasedHandler`]), with what ([`Invocation`]) and what comes back ([`Call`], [`Output`]).
+//! calls ([`ErasedHandler`]), with what ([`Invocation`]) and what comes back ([`Call`], [`Output`],
+//! plain data kept in `call.rs` and re-exported here for the handler layer).
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
@@ -7,42 +8,14 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::BoxFuture;
-use serde_json::Value;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+pub(crate) use super::call::{Call, Output};
 use super::object::ObjectState;
 use super::outcome::HandlerError;
 use super::spec::HandlerSpec;
 use super::stop::Stopper;
-
-/// What one successful invocation produced.
-#[derive(Debug, Default, Clone, PartialEq)]
-pub struct Output {
-    /// A timer's result, stored under `status.<handler id>` (`None`: nothing to store).
-    pub result: Option<Value>,
-    /// A JSON merge patch the handler built, applied to the object after the run.
-    pub patch: Option<Value>,
-}
-
-/// A started invocation: a future for async handlers, a closure for a dedicated thread for
-/// blocking ones.
-pub enum Call {
-    /// An async handler's future. Dropping it cancels the handler at its next `.await`.
-    Async(BoxFuture<'static, Result<Output, HandlerError>>),
-    /// A blocking handler's body, run on its own thread; it can only be asked to stop.
-    Blocking(Box<dyn FnOnce() -> Result<Output, HandlerError> + Send + 'static>),
-}
-
-impl fmt::Debug for Call {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Async(_) => "Call::Async",
-            Self::Blocking(_) => "Call::Blocking",
-        })
-    }
-}
 
 /// Services the operator makes available to handlers, keyed by type: the kube client, the
 /// patch sink, the user's shared data. The core never looks inside.

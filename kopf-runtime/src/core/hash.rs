@@ -1,8 +1,12 @@
 //! The one stable hash: 64-bit FNV-1a, the same across builds, Rust versions and machines (it
 //! names cron annotations that outlive the process, it is the API server's shard hash, and it
-//! is the digest of the change handlers' diff base).
+//! is the digest of the change handlers' diff base), and the canonical compact JSON (object keys
+//! in sorted order) that a value is digested in ([`measure`], and the essence's digest).
 
 use std::hash::Hasher as _;
+
+use serde::ser::{Serialize, SerializeMap, Serializer};
+use serde_json::{Map, Value};
 
 /// The 64-bit FNV-1a hash of `bytes`.
 pub(crate) fn fnv64(bytes: &[u8]) -> u64 {
@@ -73,6 +77,89 @@ pub(crate) fn annotation_key(prefix: &str, name: &str, suffix: &str) -> String {
     let keep = MAX_NAME.saturating_sub(suffix.len() + 17);
     let head: String = name.chars().take(keep).collect();
     format!("{prefix}{head}-{hash:016x}{suffix}")
+}
+
+/// The length of the compact JSON of `value` and its digest (keys in sorted order), in one walk.
+#[must_use]
+pub(crate) fn measure(value: &Value) -> (usize, u64) {
+    let hash = hash_of(&Canon(value));
+    (hash.len(), hash.finish())
+}
+
+/// Serialises `value` into an FNV-1a writer.
+pub(crate) fn hash_of(value: &impl Serialize) -> Fnv64 {
+    let mut writer = Fnv64::default();
+    // Neither the writer nor a JSON value (string keys only) can fail; keep the hash distinct
+    // if it ever did.
+    if serde_json::to_writer(&mut writer, value).is_err() {
+        writer.feed(b"\0");
+    }
+    writer
+}
+
+/// A map's entries in sorted key order: as stored when already sorted (serde_json's `Map` is
+/// a `BTreeMap` in this workspace), else sorted into a vector of references.
+pub(crate) enum Entries<'a> {
+    /// Already sorted.
+    InOrder(serde_json::map::Iter<'a>),
+    /// Sorted here.
+    Sorted(std::vec::IntoIter<(&'a String, &'a Value)>),
+}
+
+impl<'a> Iterator for Entries<'a> {
+    type Item = (&'a String, &'a Value);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match self {
+            Self::InOrder(iter) => iter.next(),
+            Self::Sorted(iter) => iter.next(),
+        }
+    }
+}
+
+/// The entries of `map` in sorted key order.
+pub(crate) fn entries(map: &Map<String, Value>) -> Entries<'_> {
+    if map.keys().zip(map.keys().skip(1)).all(|(a, b)| a < b) {
+        return Entries::InOrder(map.iter());
+    }
+    let mut sorted: Vec<_> = map.iter().collect();
+    sorted.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    Entries::Sorted(sorted.into_iter())
+}
+
+/// A value with object keys in sorted order.
+pub(crate) struct Canon<'a>(pub(crate) &'a Value);
+
+impl Serialize for Canon<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            Value::Object(map) => Filtered {
+                map,
+                keep: |_: &str, _: &Value| true,
+            }
+            .serialize(serializer),
+            Value::Array(items) => serializer.collect_seq(items.iter().map(Canon)),
+            other => other.serialize(serializer),
+        }
+    }
+}
+
+/// An object's entries for which `keep` holds, in sorted order.
+pub(crate) struct Filtered<'a, F> {
+    /// The object.
+    pub(crate) map: &'a Map<String, Value>,
+    /// Which entries are kept.
+    pub(crate) keep: F,
+}
+
+impl<F: Fn(&str, &Value) -> bool> Serialize for Filtered<'_, F> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut out = serializer.serialize_map(None)?;
+        for (key, value) in entries(self.map).filter(|(key, value)| (self.keep)(key, value)) {
+            out.serialize_entry(key, &Canon(value))?;
+        }
+        out.end()
+    }
 }
 
 #[cfg(test)]

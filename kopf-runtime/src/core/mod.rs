@@ -7,6 +7,7 @@
 //! which are at the crate root.
 
 pub(crate) mod bookkeeping;
+pub(crate) mod call;
 pub(crate) mod changes;
 pub(crate) mod clearance;
 pub(crate) mod clock;

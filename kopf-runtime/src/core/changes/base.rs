@@ -24,9 +24,10 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value};
 
 use super::ChangeHandler;
-use super::essence::{self, Observed};
+use super::field::Observed;
 use super::format::{DecodeError, VERSION, bound, check_owner, parse};
 use super::json::{json_str_len, same};
+use crate::core::hash::measure;
 
 /// The largest watched value stored as is (its compact JSON, in bytes).
 pub(crate) const FIELD_CAP: usize = 16 * 1024;
@@ -61,7 +62,7 @@ impl Stored {
     pub(crate) fn matches(&self, live: &Value) -> bool {
         match self {
             Self::Value(value) => same(value, live),
-            Self::Elided(digest) => essence::measure(live).1 == *digest,
+            Self::Elided(digest) => measure(live).1 == *digest,
         }
     }
 
@@ -176,7 +177,7 @@ impl DiffBase {
             .sum::<usize>();
         let mut fields = BTreeMap::new();
         for (path, value) in present {
-            let (len, digest) = essence::measure(value);
+            let (len, digest) = measure(value);
             let len = len + if needs_wrap(value) { WRAP_LEN } else { 0 };
             let grown = total - ELIDED_LEN + len;
             let stored = if len <= FIELD_CAP && grown <= FIELDS_CAP {

@@ -7,14 +7,12 @@
 //! keys in sorted order: the same across builds and processes (it is persisted), and computed
 //! without cloning the body. Empty labels or annotations count as absent.
 
-use std::collections::BTreeMap;
-
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Map, Value};
 
 use super::field::FieldPath;
 use crate::core::essence::View;
-use crate::core::hash::Fnv64;
+use crate::core::hash::{Canon, Filtered, entries, hash_of};
 
 /// What the essence of a kind's objects is made of.
 #[derive(Debug, Clone, Copy)]
@@ -26,25 +24,16 @@ pub(crate) struct EssenceCfg<'a> {
     pub(crate) watched: &'a [FieldPath],
 }
 
-/// One observed version, as far as changes are concerned. It borrows the body.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Observed<'b> {
-    /// The digest of the essence.
-    pub(crate) digest: u64,
-    /// Every watched field's value (`None`: absent or `null`), by path.
-    pub(crate) fields: BTreeMap<&'static str, Option<&'b Value>>,
-}
-
 #[cfg(test)]
 /// The digest of the essence of `body` and its watched fields.
 #[must_use]
-pub(crate) fn observe<'b>(body: &'b Value, cfg: &EssenceCfg<'_>) -> Observed<'b> {
+pub(crate) fn observe<'b>(body: &'b Value, cfg: &EssenceCfg<'_>) -> super::field::Observed<'b> {
     let fields = cfg
         .watched
         .iter()
         .map(|field| (field.path, lookup(body, field)))
         .collect();
-    Observed {
+    super::field::Observed {
         digest: digest(body, cfg),
         fields,
     }
@@ -69,92 +58,9 @@ pub(crate) fn lookup<'b>(body: &'b Value, field: &FieldPath) -> Option<&'b Value
     (!value.is_null()).then_some(value)
 }
 
-/// The length of the compact JSON of `value` and its digest (keys in sorted order), in one walk.
-#[must_use]
-pub(crate) fn measure(value: &Value) -> (usize, u64) {
-    let hash = hash_of(&Canon(value));
-    (hash.len(), hash.finish())
-}
-
-/// Serialises `value` into an FNV-1a writer.
-fn hash_of(value: &impl Serialize) -> Fnv64 {
-    let mut writer = Fnv64::default();
-    // Neither the writer nor a JSON value (string keys only) can fail; keep the hash distinct
-    // if it ever did.
-    if serde_json::to_writer(&mut writer, value).is_err() {
-        writer.feed(b"\0");
-    }
-    writer
-}
-
 /// Whether an annotation belongs to the change view.
 fn kept(key: &str, value: &Value, own_prefix: &str) -> bool {
     View::Change.keeps_annotation(key, value, own_prefix)
-}
-
-/// A map's entries in sorted key order: as stored when already sorted (serde_json's `Map` is
-/// a `BTreeMap` in this workspace), else sorted into a vector of references.
-enum Entries<'a> {
-    /// Already sorted.
-    InOrder(serde_json::map::Iter<'a>),
-    /// Sorted here.
-    Sorted(std::vec::IntoIter<(&'a String, &'a Value)>),
-}
-
-impl<'a> Iterator for Entries<'a> {
-    type Item = (&'a String, &'a Value);
-
-    fn next(&mut self) -> Option<Self::Item> {
-        match self {
-            Self::InOrder(iter) => iter.next(),
-            Self::Sorted(iter) => iter.next(),
-        }
-    }
-}
-
-/// The entries of `map` in sorted key order.
-fn entries(map: &Map<String, Value>) -> Entries<'_> {
-    if map.keys().zip(map.keys().skip(1)).all(|(a, b)| a < b) {
-        return Entries::InOrder(map.iter());
-    }
-    let mut sorted: Vec<_> = map.iter().collect();
-    sorted.sort_unstable_by(|a, b| a.0.cmp(b.0));
-    Entries::Sorted(sorted.into_iter())
-}
-
-/// A value with object keys in sorted order.
-struct Canon<'a>(&'a Value);
-
-impl Serialize for Canon<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        match self.0 {
-            Value::Object(map) => Filtered {
-                map,
-                keep: |_: &str, _: &Value| true,
-            }
-            .serialize(serializer),
-            Value::Array(items) => serializer.collect_seq(items.iter().map(Canon)),
-            other => other.serialize(serializer),
-        }
-    }
-}
-
-/// An object's entries for which `keep` holds, in sorted order.
-struct Filtered<'a, F> {
-    /// The object.
-    map: &'a Map<String, Value>,
-    /// Which entries are kept.
-    keep: F,
-}
-
-impl<F: Fn(&str, &Value) -> bool> Serialize for Filtered<'_, F> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut out = serializer.serialize_map(None)?;
-        for (key, value) in entries(self.map).filter(|(key, value)| (self.keep)(key, value)) {
-            out.serialize_entry(key, &Canon(value))?;
-        }
-        out.end()
-    }
 }
 
 /// The change view of an object body, borrowed.
@@ -273,6 +179,7 @@ mod tests {
     use super::super::json::json_str_len;
     use super::super::tests::SIZE;
     use super::*;
+    use crate::core::hash::measure;
 
     const PHASE: FieldPath = FieldPath {
         path: "status.phase",

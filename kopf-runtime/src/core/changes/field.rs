@@ -1,4 +1,9 @@
-//! A field an `on_update` handler watches, as the change rules see it.
+//! A field an `on_update` handler watches, and what an observed version holds of them, as the
+//! change rules see it.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
 
 /// A field an `on_update` handler watches (`field = "spec.size"`), split at dots at compile
 /// time. Segments are object keys.
@@ -8,4 +13,13 @@ pub(crate) struct FieldPath {
     pub(crate) path: &'static str,
     /// The path's segments.
     pub(crate) segments: &'static [&'static str],
+}
+
+/// One observed version, as far as changes are concerned. It borrows the body.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Observed<'b> {
+    /// The digest of the essence.
+    pub(crate) digest: u64,
+    /// Every watched field's value (`None`: absent or `null`), by path.
+    pub(crate) fields: BTreeMap<&'static str, Option<&'b Value>>,
 }

@@ -57,7 +57,7 @@
 use jiff::Timestamp;
 
 use super::base::DiffBase;
-use super::essence::Observed;
+use super::field::Observed;
 use super::progress::{Progress, Record, State, merge};
 use super::write::ChangeWrite;
 use super::{ChangeHandler, ChangeHandlers, ChangeKind, Outcome};

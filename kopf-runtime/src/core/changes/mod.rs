@@ -30,7 +30,7 @@
 
 pub(crate) mod base;
 pub(crate) mod essence;
-mod field;
+pub(crate) mod field;
 pub(crate) mod format;
 mod json;
 pub(crate) mod machine;
@@ -282,7 +282,8 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::base::DiffBase;
-    use super::essence::{EssenceCfg, Observed, observe};
+    use super::essence::{EssenceCfg, observe};
+    use super::field::Observed;
     use super::progress::{PROGRESS_CAP, Progress, Record, State};
     use super::*;
     use crate::core::spec::{HandlerKind, HandlerSpec};

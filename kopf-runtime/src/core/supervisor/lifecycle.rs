@@ -1,8 +1,8 @@
 //! What the supervisor does, in one place: per-object decisions (which instances to start or
 //! stop, whether to hold the finalizer), instance exits, and pause. The shutdown (stop
 //! everything, wait for the ladders up to a deadline, abandon the rest) is in `shutdown.rs`; the
-//! data they work on is in `state.rs`, a leaf that the instance tasks import without importing
-//! this file.
+//! data they work on is in `state.rs`. The instances it starts get a `Runner` and see it only
+//! through `run/attempt.rs`'s `Instance` trait.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::Ordering;

@@ -10,17 +10,20 @@
 //!  mod (the handle), lifecycle (per object: match, spawn, stop, finalizer), shutdown
 //!      │ dispatches to
 //!      ├──────────────────────────────┬──────────────────────────────┬─────────────────────────┐
-//!  daemons/  task ─▶ daemon, timer, cron     changes/  mod (reconcile) ─▶ task ─▶ state   reconcile/
-//!      │ built on                     │                 │ rules: core/changes (pure)    task ─▶ run,
-//!      ▼                              ▼                 ▼                   cleanup; part; rules:
-//!                                                                           core/reconcile (pure)
-//!  run/  the small core: state (objects, slots, a kind's own state as `parts`), runner,
-//!        invoke (timeout, stop ladder, threads), road (the one road for results: effects and
-//!        the output sink), meter, census, stats, report, outputs, instance, blocking
+//!  daemons/  task ─▶ daemon, timer, cron     changes/  mod (hooks), task ─▶ state       reconcile/
+//!      │ generic over `Instance`      │                 │ rules: core/changes (pure)    mod ─▶ task,
+//!      ▼                              ▼                 ▼                   run, cleanup; part;
+//!                                                                           rules: core/reconcile
+//!  run/  the small core: attempt (what a kind's loop sees: `Attempt`, `AttemptEnd`, the
+//!        `Instance` trait), state (objects, slots, a kind's own state as `parts`), runner,
+//!        invoke (timeout, stop ladder, threads; the runner's `Instance` impl), road (the one
+//!        road for results: effects and the output sink), meter, census, stats, report,
+//!        outputs, instance, blocking
 //!      │ asks
 //!      ▼
-//!  rules/  pure: ladder (stop ladder), policy (retries), schedule (timer arithmetic), cron
-//!          (occurrences), exit; what resets `idle` is `core::essence`'s idle view
+//!  rules/  pure: ladder (stop ladder), policy (retries) and its verdict, schedule (timer
+//!          arithmetic), cron (occurrences), exit; what resets `idle` is `core::essence`'s
+//!          idle view
 //! ```
 //!
 //! `config` holds the operator-wide [`SupervisorConfig`], with the output sink every kind's
@@ -36,7 +39,7 @@ pub(crate) mod rules;
 pub(crate) mod run;
 mod shutdown;
 
-pub(crate) use self::changes::check as check_change_handlers;
+pub(crate) use self::changes::state::check as check_change_handlers;
 pub(crate) use self::run::{census, meter};
 
 use std::fmt;

@@ -11,8 +11,9 @@ use super::probe::{KindProbe, WatchProbe};
 use crate::core::spec::{HandlerKind, HandlerSpec};
 use crate::core::supervisor::census::Census;
 use crate::core::supervisor::meter::{
-    HandlerMeter, HistogramSnapshot, InvocationResult, StopCause, StopStep,
+    HandlerMeter, HistogramSnapshot, InvocationResult, StopCause,
 };
+use crate::core::supervisor::rules::ladder::StopStep;
 use crate::operator::ha::alarm::LeaseReport;
 use crate::operator::ha::ranges::SHARD_RANGES;
 use crate::operator::ha::report::Membership;

@@ -10,74 +10,22 @@
 //!                        └─ holds: a required delete matches, or a delete is unfinished
 //! ```
 //!
-//! The change task (`change_task.rs`) runs the change's handlers one at a time and persists
-//! each step; the pure decisions are in `core/changes`.
+//! `state.rs` holds the kind's parts (`Changes`, one object's `ObjectChanges`, the `Facts`) and
+//! the decisions on them; `task.rs` is the change task, which runs the change's handlers one at
+//! a time and persists each step, with the part of `reconcile` that starts or stops it; this file
+//! holds the other hooks `lifecycle` and `shutdown` call. The pure rules are in `core/changes`.
 
 pub(crate) mod state;
 mod task;
 
 use std::sync::Arc;
 
-use self::state::{Changes, Facts, ObjectChanges};
-use crate::core::changes::BuildError;
-use crate::core::changes::ChangeKind;
+use self::state::{Changes, ObjectChanges, facts};
 use crate::core::changes::machine::ChangeRun;
-use crate::core::erased::ErasedHandler;
-use crate::core::object::ObjectState;
 use crate::core::stop::StopReason;
 use crate::core::supervisor::run::state::{
     Exit, InstanceShared, ObjectEntry, State, SupervisorCore,
 };
-
-/// The facts of `entry`, whose latest version is `object`.
-pub(crate) fn facts<'a>(
-    changes: &Changes,
-    handlers: &[Arc<dyn ErasedHandler>],
-    entry: &ObjectEntry,
-    object: &'a ObjectState,
-    await_finalizer: bool,
-) -> Facts<'a> {
-    let deleting = entry.deleting || entry.gone;
-    let matched = |index: usize| entry.slots[index].matched;
-    let delete = |index: usize| changes.of(index, ChangeKind::Delete);
-    let mut delete_needed = false;
-    let mut delete_matches = false;
-    let mut finalizer_needed = false;
-    let mut matching = Vec::new();
-    for (index, handler) in handlers.iter().enumerate() {
-        if !matched(index) {
-            continue;
-        }
-        if let Some(handler) = delete(index) {
-            delete_matches = true;
-            delete_needed |= !handler.optional && !deleting;
-        }
-        let kinds = [ChangeKind::Create, ChangeKind::Update, ChangeKind::Resume];
-        matching.extend(
-            kinds
-                .into_iter()
-                .filter(|&k| changes.of(index, k).is_some()),
-        );
-        finalizer_needed |= handler.spec().finalizer && !deleting;
-    }
-    Facts {
-        object,
-        deleting,
-        finalizer_on: entry.finalizer_on,
-        finalizer_needed: await_finalizer && finalizer_needed,
-        delete_needed,
-        delete_matches: delete_matches && deleting,
-        matching,
-    }
-}
-
-/// Checks that a kind's change handlers can run together (see [`Changes::build`]).
-///
-/// # Errors
-/// Why they cannot.
-pub(crate) fn check(handlers: &[Arc<dyn ErasedHandler>]) -> Result<(), BuildError> {
-    Changes::build(handlers, "", "").map(drop)
-}
 
 impl SupervisorCore {
     /// The change handlers, if any (`on_create`, `on_update`, `on_delete`, `on_resume`).
@@ -106,42 +54,6 @@ impl SupervisorCore {
                 own.digest = digest;
             }
         }
-    }
-
-    /// The change part of `reconcile`: stops the change task when it must stop, or plans the
-    /// next change and starts the task for it. Returns the tasks started (0 or 1).
-    pub(crate) fn reconcile_changes(
-        self: &Arc<Self>,
-        entry: &mut ObjectEntry,
-        paused: bool,
-        may_spawn: bool,
-    ) -> usize {
-        let Some(changes) = self.changes() else {
-            return 0;
-        };
-        let object = Arc::clone(&entry.live.borrow());
-        let await_finalizer = self.config.daemons_await_finalizer;
-        let facts = facts(changes, &self.handlers, entry, &object, await_finalizer);
-        let gone = entry.gone;
-        let Some(own) = entry.parts.get_mut::<ObjectChanges>() else {
-            return 0;
-        };
-        if paused {
-            own.reload = true; // another replica may go on with the change meanwhile
-        }
-        if let Some(task) = &own.task {
-            let reason = own.stop_reason(&facts, gone, paused);
-            if !reason.is_empty() {
-                task.stop(reason);
-            }
-            return 0;
-        }
-        let now = self.config.wall_clock.now();
-        if gone || !may_spawn || !own.plan(changes, &facts, now) {
-            return 0;
-        }
-        self::task::spawn(self, entry);
-        1
     }
 
     /// Whether the object's changes keep the finalizer on (see [`ObjectChanges::holds`]).

@@ -9,7 +9,8 @@ use jiff::Timestamp;
 use serde_json::Value;
 
 use crate::core::changes::base::DiffBase;
-use crate::core::changes::essence::{self, EssenceCfg, Observed};
+use crate::core::changes::essence::{self, EssenceCfg};
+use crate::core::changes::field::Observed;
 use crate::core::changes::machine::{ChangeRun, Detected, Inputs, detect};
 use crate::core::changes::progress::Progress;
 use crate::core::changes::{BuildError, ChangeHandler, ChangeHandlers, ChangeKind, FieldPath};
@@ -21,6 +22,7 @@ use crate::core::spec::HandlerKind;
 use crate::core::stop::StopReason;
 use crate::core::supervisor::run::instance::InstanceShared;
 use crate::core::supervisor::run::parts::ObjectPart;
+use crate::core::supervisor::run::state::ObjectEntry;
 
 /// A kind's change handlers and where their state is stored (one per supervisor).
 pub(crate) struct Changes {
@@ -41,6 +43,14 @@ pub(crate) fn change_kind(kind: HandlerKind) -> Option<ChangeKind> {
         HandlerKind::Resume => Some(ChangeKind::Resume),
         HandlerKind::Daemon | HandlerKind::Timer | HandlerKind::Reconcile => None,
     }
+}
+
+/// Checks that a kind's change handlers can run together (see [`Changes::build`]).
+///
+/// # Errors
+/// Why they cannot.
+pub(crate) fn check(handlers: &[Arc<dyn ErasedHandler>]) -> Result<(), BuildError> {
+    Changes::build(handlers, "", "").map(drop)
 }
 
 impl Changes {
@@ -366,5 +376,47 @@ impl Facts<'_> {
             ChangeKind::Update | ChangeKind::Resume => matches(kind),
             ChangeKind::Delete => true,
         }
+    }
+}
+
+/// The facts of `entry`, whose latest version is `object`.
+pub(crate) fn facts<'a>(
+    changes: &Changes,
+    handlers: &[Arc<dyn ErasedHandler>],
+    entry: &ObjectEntry,
+    object: &'a ObjectState,
+    await_finalizer: bool,
+) -> Facts<'a> {
+    let deleting = entry.deleting || entry.gone;
+    let matched = |index: usize| entry.slots[index].matched;
+    let delete = |index: usize| changes.of(index, ChangeKind::Delete);
+    let mut delete_needed = false;
+    let mut delete_matches = false;
+    let mut finalizer_needed = false;
+    let mut matching = Vec::new();
+    for (index, handler) in handlers.iter().enumerate() {
+        if !matched(index) {
+            continue;
+        }
+        if let Some(handler) = delete(index) {
+            delete_matches = true;
+            delete_needed |= !handler.optional && !deleting;
+        }
+        let kinds = [ChangeKind::Create, ChangeKind::Update, ChangeKind::Resume];
+        matching.extend(
+            kinds
+                .into_iter()
+                .filter(|&k| changes.of(index, k).is_some()),
+        );
+        finalizer_needed |= handler.spec().finalizer && !deleting;
+    }
+    Facts {
+        object,
+        deleting,
+        finalizer_on: entry.finalizer_on,
+        finalizer_needed: await_finalizer && finalizer_needed,
+        delete_needed,
+        delete_matches: delete_matches && deleting,
+        matching,
     }
 }

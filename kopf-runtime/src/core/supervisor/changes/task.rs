@@ -18,14 +18,14 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::state::ObjectChanges;
+use super::state::{ObjectChanges, facts};
+use crate::core::call::Output;
 use crate::core::changes::machine::Step;
 use crate::core::changes::write::ChangeWrite;
 use crate::core::changes::{ChangeKind, Outcome};
 use crate::core::clock::{monotonic, monotonic_past};
-use crate::core::erased::Output;
-use crate::core::supervisor::rules::policy::Verdict;
-use crate::core::supervisor::run::invoke::{Attempt, AttemptEnd};
+use crate::core::supervisor::rules::verdict::Verdict;
+use crate::core::supervisor::run::attempt::{Attempt, AttemptEnd, Instance};
 use crate::core::supervisor::run::runner::Runner;
 use crate::core::supervisor::run::state::{Exit, InstanceShared, ObjectEntry, SupervisorCore};
 
@@ -64,6 +64,44 @@ pub(crate) fn spawn(inner: &Arc<SupervisorCore>, entry: &mut ObjectEntry) {
         let mut task = task;
         task.exit = task.drive().await;
     });
+}
+
+impl SupervisorCore {
+    /// The change part of `reconcile`: stops the change task when it must stop, or plans the
+    /// next change and starts the task for it. Returns the tasks started (0 or 1).
+    pub(crate) fn reconcile_changes(
+        self: &Arc<Self>,
+        entry: &mut ObjectEntry,
+        paused: bool,
+        may_spawn: bool,
+    ) -> usize {
+        let Some(changes) = self.changes() else {
+            return 0;
+        };
+        let object = Arc::clone(&entry.live.borrow());
+        let await_finalizer = self.config.daemons_await_finalizer;
+        let facts = facts(changes, &self.handlers, entry, &object, await_finalizer);
+        let gone = entry.gone;
+        let Some(own) = entry.parts.get_mut::<ObjectChanges>() else {
+            return 0;
+        };
+        if paused {
+            own.reload = true; // another replica may go on with the change meanwhile
+        }
+        if let Some(task) = &own.task {
+            let reason = own.stop_reason(&facts, gone, paused);
+            if !reason.is_empty() {
+                task.stop(reason);
+            }
+            return 0;
+        }
+        let now = self.config.wall_clock.now();
+        if gone || !may_spawn || !own.plan(changes, &facts, now) {
+            return 0;
+        }
+        spawn(self, entry);
+        1
+    }
 }
 
 /// What the task does next, decided under the lock.
@@ -162,7 +200,7 @@ impl ChangeTask {
             occurrence: None,
             due: None,
         };
-        let (outcome, output) = match attempt.run(runner).await {
+        let (outcome, output) = match runner.attempt(attempt).await {
             AttemptEnd::Stopped(exit) => return Some(self.stopped(exit)),
             AttemptEnd::Finished(Ok(output)) => {
                 tracing::debug!(object = %runner.reference, handler = runner.spec.id,

@@ -20,17 +20,15 @@ use jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
 use tokio::time::Instant;
 
+use crate::core::call::Output;
 use crate::core::clock::{WallClock, monotonic, monotonic_past};
-use crate::core::erased::Output;
 use crate::core::keys::{cron_key, legacy_cron_key};
 use crate::core::spec::{CronSchedule, Missed};
 use crate::core::supervisor::rules::cron::Plan;
 use crate::core::supervisor::rules::exit::Exit;
-use crate::core::supervisor::rules::policy::Verdict;
 use crate::core::supervisor::rules::schedule::draw_jitter;
-use crate::core::supervisor::run::invoke::{Attempt, AttemptEnd};
-use crate::core::supervisor::run::runner::Runner;
-use crate::core::sync::lock;
+use crate::core::supervisor::rules::verdict::Verdict;
+use crate::core::supervisor::run::attempt::{Attempt, AttemptEnd, Instance};
 
 /// The longest single sleep: a wall-clock jump is noticed within it.
 const NAP: Duration = Duration::from_secs(60);
@@ -52,19 +50,23 @@ enum Fired {
 }
 
 /// Runs a cron timer instance to its end.
-pub(crate) async fn run(runner: &mut Runner, schedule: CronSchedule) -> Exit {
+pub(crate) async fn run<R: Instance>(runner: &mut R, schedule: CronSchedule) -> Exit {
     let plan = match Plan::compile(&schedule) {
         Ok(plan) => plan,
         Err(err) => {
-            tracing::error!(object = %runner.reference, handler = runner.spec.id,
+            tracing::error!(object = %runner.reference(), handler = runner.spec().id,
                 "the cron timer cannot run: {err}");
             return runner.finished();
         }
     };
-    let clock = runner.inner.config.wall_clock.clone();
-    let config = &runner.inner.config;
-    let key = cron_key(&config.annotation_prefix, &config.finalizer, runner.spec.id);
-    let legacy = legacy_cron_key(&config.annotation_prefix, runner.spec.id);
+    let clock = runner.config().wall_clock.clone();
+    let config = &runner.config();
+    let key = cron_key(
+        &config.annotation_prefix,
+        &config.finalizer,
+        runner.spec().id,
+    );
+    let legacy = legacy_cron_key(&config.annotation_prefix, runner.spec().id);
     let mut last = last_run(runner, &key, &legacy);
     let mut catch_up = schedule.missed == Missed::RunOnce;
     loop {
@@ -76,13 +78,13 @@ pub(crate) async fn run(runner: &mut Runner, schedule: CronSchedule) -> Exit {
         // When the occurrence's run was due on the monotonic clock (not for a missed one).
         let mut due = None;
         let occurrence = if let Some(missed) = missed {
-            tracing::info!(object = %runner.reference, handler = runner.spec.id,
+            tracing::info!(object = %runner.reference(), handler = runner.spec().id,
                 occurrence = %missed, "running the latest missed occurrence once");
             missed
         } else {
             let from = last.map_or(now, |last| last.max(now));
             let Some(next) = plan.next_after(from) else {
-                tracing::info!(object = %runner.reference, handler = runner.spec.id,
+                tracing::info!(object = %runner.reference(), handler = runner.spec().id,
                     "the cron timer has no further occurrence");
                 return runner.finished();
             };
@@ -98,8 +100,8 @@ pub(crate) async fn run(runner: &mut Runner, schedule: CronSchedule) -> Exit {
                 }
             }
         };
-        if let Some(jitter) = runner.spec.schedule.jitter {
-            let delay = draw_jitter(&mut lock(&runner.inner.rng), jitter);
+        if let Some(jitter) = runner.spec().schedule.jitter {
+            let delay = draw_jitter(&mut runner.rng(), jitter);
             if runner.sleep_until(Instant::now() + delay).await {
                 return Exit::Exited;
             }
@@ -110,7 +112,7 @@ pub(crate) async fn run(runner: &mut Runner, schedule: CronSchedule) -> Exit {
             .map(|next| monotonic(&clock, next));
         let fired = fire(runner, (occurrence, due), deadline, &key).await;
         last = Some(occurrence);
-        remember(runner, occurrence);
+        runner.remember_cron(occurrence);
         match fired {
             Fired::Over => {}
             Fired::Permanent => return runner.finished(),
@@ -122,42 +124,25 @@ pub(crate) async fn run(runner: &mut Runner, schedule: CronSchedule) -> Exit {
 /// The last run occurrence: this process's, or the one recorded on the object, whichever is
 /// later. The record is `key`, or, while it is absent, the one of earlier versions (`legacy`,
 /// not scoped by operator).
-fn last_run(runner: &Runner, key: &str, legacy: &str) -> Option<Timestamp> {
+fn last_run<R: Instance>(runner: &R, key: &str, legacy: &str) -> Option<Timestamp> {
     let recorded = {
-        let object = runner.live.borrow();
+        let object = runner.live().borrow();
         let text = object.annotation(key).or_else(|| object.annotation(legacy));
         text.and_then(|text| text.parse::<Timestamp>().ok())
     };
-    let state = lock(&runner.inner.state);
-    let here = state
-        .objects
-        .get(&*runner.uid)
-        .and_then(|entry| entry.slots.get(runner.index))
-        .and_then(|slot| slot.cron_last);
-    recorded.max(here)
-}
-
-fn remember(runner: &Runner, occurrence: Timestamp) {
-    let mut state = lock(&runner.inner.state);
-    if let Some(slot) = state
-        .objects
-        .get_mut(&*runner.uid)
-        .and_then(|entry| entry.slots.get_mut(runner.index))
-    {
-        slot.cron_last = Some(occurrence);
-    }
+    recorded.max(runner.cron_last())
 }
 
 /// The latest occurrence at or before `now` that is later than the last run (or, with no run
 /// recorded, than the object's creation).
-fn latest_missed(
-    runner: &Runner,
+fn latest_missed<R: Instance>(
+    runner: &R,
     plan: &Plan,
     last: Option<Timestamp>,
     now: Timestamp,
 ) -> Option<Timestamp> {
     let floor = last.or_else(|| {
-        let object = runner.live.borrow();
+        let object = runner.live().borrow();
         let created = object.body().get("metadata")?.get("creationTimestamp")?;
         created.as_str()?.parse().ok()
     })?;
@@ -166,7 +151,7 @@ fn latest_missed(
 
 /// Waits until the wall clock reads `target`, in naps of at most [`NAP`] on the monotonic
 /// clock; a jump of the wall clock ends the wait early.
-async fn wait_for(runner: &Runner, clock: &WallClock, target: Timestamp) -> Wait {
+async fn wait_for<R: Instance>(runner: &R, clock: &WallClock, target: Timestamp) -> Wait {
     loop {
         let now = clock.now();
         let ahead = Duration::try_from(target.duration_since(now)).unwrap_or_default();
@@ -182,7 +167,7 @@ async fn wait_for(runner: &Runner, clock: &WallClock, target: Timestamp) -> Wait
             .unwrap_or(now);
         let drift = clock.now().duration_since(expected);
         if drift.abs() > JUMP {
-            tracing::warn!(object = %runner.reference, handler = runner.spec.id,
+            tracing::warn!(object = %runner.reference(), handler = runner.spec().id,
                 jump = %drift, "the wall clock jumped: the next occurrence is computed anew");
             return Wait::Jumped;
         }
@@ -192,8 +177,8 @@ async fn wait_for(runner: &Runner, clock: &WallClock, target: Timestamp) -> Wait
 /// Runs one occurrence (due then on the monotonic clock, if it was waited for), retrying a
 /// failure only while the retry starts before `deadline` (the next occurrence); records the
 /// occurrence with the result, or alone.
-async fn fire(
-    runner: &Runner,
+async fn fire<R: Instance>(
+    runner: &R,
     (occurrence, due): (Timestamp, Option<Instant>),
     deadline: Option<Instant>,
     key: &str,
@@ -207,7 +192,7 @@ async fn fire(
             occurrence: Some(occurrence),
             due: due.filter(|_| retry == 0),
         };
-        let err = match attempt.run(runner).await {
+        let err = match runner.attempt(attempt).await {
             AttemptEnd::Stopped(exit) => return Fired::Stopped(exit),
             AttemptEnd::Finished(Ok(output)) => {
                 runner.emit_output(recorded(output, key, occurrence));
@@ -221,7 +206,7 @@ async fn fire(
             Verdict::Retry { delay } => {
                 let at = Instant::now() + delay;
                 if deadline.is_some_and(|next| at >= next) {
-                    tracing::warn!(object = %runner.reference, handler = runner.spec.id,
+                    tracing::warn!(object = %runner.reference(), handler = runner.spec().id,
                         %occurrence, "the retry would run into the next occurrence: dropped");
                     record();
                     return Fired::Over;

@@ -10,12 +10,11 @@
 use tokio::time::Instant;
 
 use crate::core::supervisor::rules::exit::Exit;
-use crate::core::supervisor::rules::policy::Verdict;
-use crate::core::supervisor::run::invoke::{Attempt, AttemptEnd};
-use crate::core::supervisor::run::runner::Runner;
+use crate::core::supervisor::rules::verdict::Verdict;
+use crate::core::supervisor::run::attempt::{Attempt, AttemptEnd, Instance};
 
 /// Runs a daemon instance to its end.
-pub(crate) async fn run(runner: &mut Runner) -> Exit {
+pub(crate) async fn run<R: Instance>(runner: &mut R) -> Exit {
     if let Some(delay) = runner.initial_delay()
         && runner.sleep_until(Instant::now() + delay).await
     {
@@ -30,7 +29,7 @@ pub(crate) async fn run(runner: &mut Runner) -> Exit {
             occurrence: None,
             due: None,
         };
-        let err = match attempt.run(runner).await {
+        let err = match runner.attempt(attempt).await {
             AttemptEnd::Stopped(exit) => return exit,
             AttemptEnd::Finished(Ok(output)) => {
                 runner.emit_output(output);

@@ -9,32 +9,26 @@
 
 use super::{cron, daemon, timer};
 use crate::core::spec::HandlerKind;
-use crate::core::stop::StopReason;
 use crate::core::supervisor::rules::exit::Exit;
-use crate::core::supervisor::run::runner::Runner;
+use crate::core::supervisor::run::attempt::Instance;
 
 /// The instance's task state: its runner, and how it ended. Dropping it (however the task
 /// ends, also when the runtime drops it) reports the end to the supervisor.
-struct Task {
-    runner: Runner,
+struct Task<R: Instance> {
+    runner: R,
     exit: Exit,
 }
 
-impl Task {
+impl<R: Instance> Task<R> {
     /// Records how the instance ended (reported when the task is dropped).
     fn ended(&mut self, exit: Exit) {
         self.exit = exit;
     }
 }
 
-impl Drop for Task {
+impl<R: Instance> Drop for Task<R> {
     fn drop(&mut self) {
-        let runner = &self.runner;
-        // A thread left behind keeps seeing its flag set.
-        runner.shared.stop(StopReason::DONE);
-        runner
-            .inner
-            .instance_exited(&runner.uid, runner.index, &runner.shared, self.exit);
+        self.runner.exited(self.exit);
     }
 }
 
@@ -65,7 +59,7 @@ impl InstanceKind {
 }
 
 /// Starts the instance's task, of the handler's `kind`.
-pub(crate) fn spawn(runner: Runner, kind: InstanceKind) {
+pub(crate) fn spawn<R: Instance>(runner: R, kind: InstanceKind) {
     // Two task types: a daemon's task holds its invocation inline (it lives as long as the
     // daemon), and a timer's task is sized for the small state between its runs.
     match kind {
@@ -75,15 +69,15 @@ pub(crate) fn spawn(runner: Runner, kind: InstanceKind) {
 }
 
 /// Logs the start of an instance.
-fn started(runner: &Runner) {
-    let (reference, id, kind) = (&runner.reference, runner.spec.id, runner.kind());
+fn started<R: Instance>(runner: &R) {
+    let (reference, id, kind) = (runner.reference(), runner.spec().id, runner.kind());
     tracing::debug!(object = %reference, handler = id, "{kind} started");
 }
 
 /// Logs and records the end of an instance.
-fn ended(task: &mut Task, exit: Exit) {
+fn ended<R: Instance>(task: &mut Task<R>, exit: Exit) {
     let runner = &task.runner;
-    let (reference, id, kind) = (&runner.reference, runner.spec.id, runner.kind());
+    let (reference, id, kind) = (runner.reference(), runner.spec().id, runner.kind());
     tracing::debug!(object = %reference, handler = id, exit = ?exit, "{kind} ended");
     task.ended(exit);
 }
@@ -92,7 +86,7 @@ fn ended(task: &mut Task, exit: Exit) {
 ///
 /// Not an `async fn`: its future would hold the runner twice (the argument, and the
 /// moved-in local); this one captures the task state once.
-fn run_daemon(runner: Runner) -> impl Future<Output = ()> + Send + 'static {
+fn run_daemon<R: Instance>(runner: R) -> impl Future<Output = ()> + Send + 'static {
     let mut task = Task {
         runner,
         exit: Exit::Dropped,
@@ -105,14 +99,14 @@ fn run_daemon(runner: Runner) -> impl Future<Output = ()> + Send + 'static {
 }
 
 /// A timer instance's task.
-fn run_timer(runner: Runner) -> impl Future<Output = ()> + Send + 'static {
+fn run_timer<R: Instance>(runner: R) -> impl Future<Output = ()> + Send + 'static {
     let mut task = Task {
         runner,
         exit: Exit::Dropped,
     };
     async move {
         started(&task.runner);
-        let exit = match task.runner.spec.schedule.cron {
+        let exit = match task.runner.spec().schedule.cron {
             // Boxed: its future is larger than the interval loop's, and every timer's task
             // would be sized for it.
             Some(schedule) => Box::pin(cron::run(&mut task.runner, schedule)).await,
@@ -125,6 +119,7 @@ fn run_timer(runner: Runner) -> impl Future<Output = ()> + Send + 'static {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::supervisor::run::runner::Runner;
 
     /// The size of the future a task function returns (never called).
     fn future_size<F: Future>(_: impl FnOnce(Runner) -> F) -> usize {
@@ -137,7 +132,10 @@ mod tests {
     /// other compiler versions; at the time of writing: 592 and 856 bytes.
     #[test]
     fn instance_tasks_stay_small() {
-        let (timer, daemon) = (future_size(run_timer), future_size(run_daemon));
+        let (timer, daemon) = (
+            future_size(run_timer::<Runner>),
+            future_size(run_daemon::<Runner>),
+        );
         assert!(timer <= 700, "a timer's task future is {timer} bytes");
         assert!(daemon <= 1000, "a daemon's task future is {daemon} bytes");
     }

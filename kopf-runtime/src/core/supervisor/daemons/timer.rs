@@ -8,16 +8,14 @@
 //! A one-shot timer (`once`, or neither `interval` nor `idle`) ends after its first cycle; a
 //! permanent error ends the timer for this object.
 
-use crate::core::sync::lock;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::core::supervisor::rules::exit::Exit;
-use crate::core::supervisor::rules::policy::Verdict;
 use crate::core::supervisor::rules::schedule::{MIN_INTERVAL, draw_jitter, next_sharp_tick};
-use crate::core::supervisor::run::invoke::{Attempt, AttemptEnd};
-use crate::core::supervisor::run::runner::Runner;
+use crate::core::supervisor::rules::verdict::Verdict;
+use crate::core::supervisor::run::attempt::{Attempt, AttemptEnd, Instance};
 
 /// How a cycle ended.
 enum Cycle {
@@ -40,8 +38,8 @@ struct Position {
 }
 
 /// Runs a timer instance to its end.
-pub(crate) async fn run(runner: &mut Runner) -> Exit {
-    let schedule = &runner.spec.schedule;
+pub(crate) async fn run<R: Instance>(runner: &mut R) -> Exit {
+    let schedule = &runner.spec().schedule;
     let one_shot = schedule.once || (schedule.interval.is_none() && schedule.idle.is_none());
     // When the schedule wants the next run to start (for its lateness; `None`: no schedule).
     let mut due = None;
@@ -66,12 +64,12 @@ pub(crate) async fn run(runner: &mut Runner) -> Exit {
             if Box::pin(wait_idle(runner, idle)).await {
                 return Exit::Exited;
             }
-            if runner.meter().is_some() {
-                due = due.max(Some(runner.idle.get().0 + idle));
+            if runner.counted() {
+                due = due.max(Some(runner.idle().0 + idle));
             }
         }
         if let Some(jitter) = schedule.jitter {
-            let delay = draw_jitter(&mut lock_rng(runner), jitter);
+            let delay = draw_jitter(&mut runner.rng(), jitter);
             if runner.sleep_until(Instant::now() + delay).await {
                 return Exit::Exited;
             }
@@ -86,10 +84,6 @@ pub(crate) async fn run(runner: &mut Runner) -> Exit {
     }
 }
 
-fn lock_rng(runner: &Runner) -> std::sync::MutexGuard<'_, fastrand::Rng> {
-    lock(&runner.inner.rng)
-}
-
 /// How a wait for the next cycle ended.
 enum Next {
     /// The cycle may start; it was due then (`None`: not on a schedule, e.g. after a change).
@@ -100,8 +94,8 @@ enum Next {
 
 /// Waits for the next cycle after the previous one: the interval, or (idle-only) a change of
 /// the essence after the previous run started.
-async fn wait_for_next(runner: &mut Runner, pos: &Position) -> Next {
-    let schedule = runner.spec.schedule;
+async fn wait_for_next<R: Instance>(runner: &mut R, pos: &Position) -> Next {
+    let schedule = runner.spec().schedule;
     let now = Instant::now();
     let (stopped, due) = match schedule.interval {
         Some(interval) => {
@@ -123,11 +117,11 @@ async fn wait_for_next(runner: &mut Runner, pos: &Position) -> Next {
 
 /// Waits for an essence change after the latest run started (idle-only timers). `true` if
 /// asked to stop.
-async fn wait_for_change(runner: &mut Runner, changes: u64) -> bool {
+async fn wait_for_change<R: Instance>(runner: &mut R, changes: u64) -> bool {
     // Counted when the latest run started: a change since then (even within the same
     // millisecond) is one the handler has not seen.
     loop {
-        if runner.idle.get().1 != changes {
+        if runner.idle().1 != changes {
             return false;
         }
         if wait_for_version(runner).await {
@@ -137,9 +131,9 @@ async fn wait_for_change(runner: &mut Runner, changes: u64) -> bool {
 }
 
 /// Waits until the essence has been unchanged for `idle`. `true` if asked to stop.
-async fn wait_idle(runner: &mut Runner, idle: Duration) -> bool {
+async fn wait_idle<R: Instance>(runner: &mut R, idle: Duration) -> bool {
     loop {
-        let at = runner.idle.get().0 + idle;
+        let at = runner.idle().0 + idle;
         if Instant::now() >= at {
             return false;
         }
@@ -155,14 +149,15 @@ async fn wait_idle(runner: &mut Runner, idle: Duration) -> bool {
 
 /// Waits for a new version of the object (it may or may not change the essence). `true` if
 /// asked to stop.
-async fn wait_for_version(runner: &mut Runner) -> bool {
+async fn wait_for_version<R: Instance>(runner: &mut R) -> bool {
+    let stopper = runner.stopper().clone();
     tokio::select! {
         biased;
-        () = runner.shared.stopper.stopped() => true,
-        changed = runner.live.changed() => {
+        () = stopper.stopped() => true,
+        changed = runner.live_mut().changed() => {
             if changed.is_err() {
                 // The object is forgotten: it is gone, and the stop flag is on its way.
-                runner.shared.stopper.stopped().await;
+                stopper.stopped().await;
             }
             runner.stopping()
         }
@@ -170,13 +165,17 @@ async fn wait_for_version(runner: &mut Runner) -> bool {
 }
 
 /// One cycle (its first run due at `due`): invoke, and retry while the failure is retryable.
-async fn cycle(runner: &Runner, position: &mut Option<Position>, due: Option<Instant>) -> Cycle {
+async fn cycle<R: Instance>(
+    runner: &R,
+    position: &mut Option<Position>,
+    due: Option<Instant>,
+) -> Cycle {
     let started = Instant::now();
     let mut retry = 0;
     loop {
         let start = Instant::now();
         let anchor = position.as_ref().map_or(start, |p| p.anchor);
-        let changes = runner.idle.get().1;
+        let changes = runner.idle().1;
         *position = Some(Position {
             anchor,
             last_start: start,
@@ -188,7 +187,7 @@ async fn cycle(runner: &Runner, position: &mut Option<Position>, due: Option<Ins
             occurrence: None,
             due: due.filter(|_| retry == 0),
         };
-        let err = match attempt.run(runner).await {
+        let err = match runner.attempt(attempt).await {
             AttemptEnd::Stopped(exit) => return Cycle::Stopped(exit),
             AttemptEnd::Finished(Ok(output)) => {
                 runner.emit_output(output);

@@ -8,43 +8,19 @@
 //!  stop flag (pausing, exiting) ──▶ the stop ladder ──▶ exit (again at the next start)
 //! ```
 
-use std::sync::Arc;
-
 use tokio::time::Instant;
 
 use super::part::judge;
-use crate::core::erased::{Call, ErasedHandler, Invocation, MatchError, Output};
-use crate::core::object::ObjectState;
-use crate::core::outcome::HandlerError;
+use crate::core::call::Output;
 use crate::core::reconcile::machine::{Ended, MIN_DELAY};
-use crate::core::spec::HandlerSpec;
-use crate::core::supervisor::rules::policy::Verdict;
-use crate::core::supervisor::run::invoke::{Attempt, AttemptEnd};
-use crate::core::supervisor::run::runner::Runner;
-use crate::core::supervisor::run::state::Exit;
-use crate::core::sync::lock;
-
-/// The handler seen through its cleanup: what the invocation machinery calls is the cleanup.
-struct Cleanup(Arc<dyn ErasedHandler>);
-
-impl ErasedHandler for Cleanup {
-    fn spec(&self) -> &'static HandlerSpec {
-        self.0.spec()
-    }
-
-    fn matches(&self, object: &ObjectState) -> Result<bool, MatchError> {
-        self.0.matches(object)
-    }
-
-    fn invoke(&self, invocation: Invocation) -> Result<Call, HandlerError> {
-        self.0.cleanup(invocation)
-    }
-}
+use crate::core::supervisor::rules::exit::Exit;
+use crate::core::supervisor::rules::verdict::Verdict;
+use crate::core::supervisor::run::attempt::{Attempt, AttemptEnd, Instance};
 
 /// Runs the cleanup until it is done, or the instance is asked to stop.
-pub(crate) async fn run(runner: &mut Runner) -> Exit {
-    runner.handler = Arc::new(Cleanup(Arc::clone(&runner.handler)));
-    let backoff = super::part::rules(runner.spec).backoff;
+pub(crate) async fn run<R: Instance>(runner: &mut R) -> Exit {
+    runner.call_cleanup();
+    let backoff = super::part::rules(runner.spec()).backoff;
     let started = Instant::now();
     let mut failures: u32 = 0;
     loop {
@@ -54,24 +30,24 @@ pub(crate) async fn run(runner: &mut Runner) -> Exit {
             occurrence: None,
             due: None,
         };
-        let err = match attempt.run(runner).await {
+        let err = match runner.attempt(attempt).await {
             AttemptEnd::Stopped(exit) => return exit,
             AttemptEnd::Finished(Ok(output)) => {
                 runner.emit_output(Output {
                     result: None,
                     patch: output.patch,
                 });
-                tracing::info!(object = %runner.reference, handler = runner.spec.id,
+                tracing::info!(object = %runner.reference(), handler = runner.spec().id,
                     "reconcile cleanup done: the finalizer is released");
                 return runner.finished();
             }
             AttemptEnd::Finished(Err(err)) => err,
         };
         failures = failures.saturating_add(1);
-        let delay = match judge(&err, runner.spec.errors) {
+        let delay = match judge(&err, runner.spec().errors) {
             Ended::Failed { delay: Some(own) } => own.max(MIN_DELAY),
             Ended::Failed { delay: None } => {
-                let draw = lock(&runner.inner.rng).f64();
+                let draw = runner.rng().f64();
                 backoff.delay(failures, draw)
             }
             Ended::Permanent => {

@@ -5,7 +5,7 @@
 //!
 //! ```text
 //!  lifecycle ──spawns──▶ run.rs      the reconcile loop: Machine ◀── triggers, essence changes,
-//!      │                              deadlines; runs through run/invoke (one road out)
+//!      │                              deadlines; runs attempts through run/attempt (one road out)
 //!      └──(deleting, with a cleanup)──▶ cleanup.rs  the cleanup, retried with the backoff,
 //!                                                   then Done: the finalizer is released
 //!  Supervisor::trigger ──▶ part.rs: the object's part (`Triggers`, a counter each instance
@@ -25,11 +25,11 @@ use futures::future::BoxFuture;
 use tokio::sync::watch;
 
 use self::part::{Pulse, Wanted};
-use crate::core::supervisor::run::runner::Runner;
-use crate::core::supervisor::run::state::Exit;
+use crate::core::supervisor::rules::exit::Exit;
+use crate::core::supervisor::run::attempt::Instance;
 
 /// Starts a reconcile instance: the loop (given the object's triggers) or the cleanup.
-pub(crate) fn spawn(runner: Runner, wanted: Wanted, triggers: watch::Receiver<Pulse>) {
+pub(crate) fn spawn<R: Instance>(runner: R, wanted: Wanted, triggers: watch::Receiver<Pulse>) {
     match wanted {
         Wanted::Reconcile => task::spawn(runner, "loop", move |runner| looping(runner, triggers)),
         Wanted::Cleanup => task::spawn(runner, "cleanup", cleaning),
@@ -37,11 +37,11 @@ pub(crate) fn spawn(runner: Runner, wanted: Wanted, triggers: watch::Receiver<Pu
 }
 
 /// The reconcile loop's future (boxed: the task is sized for the larger of the two).
-fn looping(runner: &mut Runner, triggers: watch::Receiver<Pulse>) -> BoxFuture<'_, Exit> {
+fn looping<R: Instance>(runner: &mut R, triggers: watch::Receiver<Pulse>) -> BoxFuture<'_, Exit> {
     Box::pin(run::run(runner, triggers))
 }
 
 /// The cleanup's future.
-fn cleaning(runner: &mut Runner) -> BoxFuture<'_, Exit> {
+fn cleaning<R: Instance>(runner: &mut R) -> BoxFuture<'_, Exit> {
     Box::pin(cleanup::run(runner))
 }

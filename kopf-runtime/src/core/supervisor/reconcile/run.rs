@@ -19,15 +19,13 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::part::{Pulse, judge};
-use crate::core::erased::Output;
+use crate::core::call::Output;
 use crate::core::outcome::HandlerError;
 use crate::core::reconcile::action::Action;
 use crate::core::reconcile::machine::{Ended, Input, Machine, Rules, Step};
-use crate::core::supervisor::rules::policy::Verdict;
-use crate::core::supervisor::run::invoke::{Attempt, AttemptEnd};
-use crate::core::supervisor::run::runner::Runner;
-use crate::core::supervisor::run::state::Exit;
-use crate::core::sync::lock;
+use crate::core::supervisor::rules::exit::Exit;
+use crate::core::supervisor::rules::verdict::Verdict;
+use crate::core::supervisor::run::attempt::{Attempt, AttemptEnd, Instance};
 
 /// What the loop listens to besides the stop flag.
 struct Inputs {
@@ -42,7 +40,7 @@ struct Inputs {
 
 impl Inputs {
     /// Waits for a trigger: an explicit one, or a version whose essence changed.
-    async fn next(&mut self, runner: &Runner) {
+    async fn next<R: Instance>(&mut self, runner: &R) {
         loop {
             tokio::select! {
                 changed = self.triggers.changed(), if self.triggers_open => {
@@ -51,7 +49,7 @@ impl Inputs {
                         continue;
                     }
                     let cause = self.triggers.borrow_and_update().cause;
-                    tracing::debug!(object = %runner.reference, handler = runner.spec.id,
+                    tracing::debug!(object = %runner.reference(), handler = runner.spec().id,
                         cause = cause.map_or("", |c| c.as_str()), "reconcile triggered");
                     return;
                 }
@@ -60,10 +58,10 @@ impl Inputs {
                         self.live_open = false;
                         continue;
                     }
-                    let changes = runner.idle.get().1;
+                    let changes = runner.idle().1;
                     if changes != self.changes {
                         self.changes = changes;
-                        tracing::debug!(object = %runner.reference, handler = runner.spec.id,
+                        tracing::debug!(object = %runner.reference(), handler = runner.spec().id,
                             cause = "changed", "reconcile triggered");
                         return;
                     }
@@ -76,14 +74,14 @@ impl Inputs {
 }
 
 /// Runs a reconcile instance until it is asked to stop.
-pub(crate) async fn run(runner: &mut Runner, triggers: watch::Receiver<Pulse>) -> Exit {
-    let rules = super::part::rules(runner.spec);
+pub(crate) async fn run<R: Instance>(runner: &mut R, triggers: watch::Receiver<Pulse>) -> Exit {
+    let rules = super::part::rules(runner.spec());
     let mut inputs = Inputs {
         triggers,
         triggers_open: true,
-        live: runner.live.clone(),
+        live: runner.live().clone(),
         live_open: true,
-        changes: runner.idle.get().1,
+        changes: runner.idle().1,
     };
     // What happened before the start is covered by the first run.
     inputs.triggers.mark_unchanged();
@@ -104,7 +102,7 @@ pub(crate) async fn run(runner: &mut Runner, triggers: watch::Receiver<Pulse>) -
         let deadline = machine.deadline();
         let input = tokio::select! {
             biased;
-            () = runner.shared.stopper.stopped() => return Exit::Exited,
+            () = runner.stopper().stopped() => return Exit::Exited,
             () = sleep_until(deadline) => Input::Deadline,
             () = inputs.next(runner) => Input::Trigger,
         };
@@ -121,15 +119,15 @@ async fn sleep_until(at: Option<Instant>) {
 }
 
 /// One step of the rules, now, with a fresh random draw for a backoff's jitter.
-fn feed(runner: &Runner, machine: &mut Machine, rules: &Rules, input: Input) -> Step {
-    let draw = lock(&runner.inner.rng).f64();
+fn feed<R: Instance>(runner: &R, machine: &mut Machine, rules: &Rules, input: Input) -> Step {
+    let draw = runner.rng().f64();
     machine.step(input, Instant::now(), rules, draw)
 }
 
 /// One run, with the triggers that arrive meanwhile fed to the rules (they make one more run).
 /// How it ended for the rules, with the error to report; `Err`: the instance stopped.
-async fn run_once(
-    runner: &Runner,
+async fn run_once<R: Instance>(
+    runner: &R,
     machine: &mut Machine,
     rules: &Rules,
     inputs: &mut Inputs,
@@ -140,7 +138,7 @@ async fn run_once(
         occurrence: None,
         due: None,
     };
-    let run = attempt.run(runner);
+    let run = runner.attempt(attempt);
     tokio::pin!(run);
     let end = loop {
         tokio::select! {
@@ -173,12 +171,12 @@ async fn run_once(
                 None,
             )
         }
-        Err(err) => (judge(&err, runner.spec.errors), Some(err)),
+        Err(err) => (judge(&err, runner.spec().errors), Some(err)),
     })
 }
 
 /// Sends a successful run's patch (the action is not a result to store).
-fn emit(runner: &Runner, output: Output) {
+fn emit<R: Instance>(runner: &R, output: Output) {
     runner.emit_output(Output {
         result: None,
         patch: output.patch,
@@ -186,7 +184,7 @@ fn emit(runner: &Runner, output: Output) {
 }
 
 /// Reports a failure (logged, a `Failure` effect) with what the rules made of it.
-fn report(runner: &Runner, machine: &Machine, err: &HandlerError, ended: Ended) {
+fn report<R: Instance>(runner: &R, machine: &Machine, err: &HandlerError, ended: Ended) {
     let verdict = match ended {
         Ended::Permanent => Verdict::Permanent,
         Ended::Success { .. } => Verdict::Ignored,

@@ -4,42 +4,40 @@
 
 use futures::future::BoxFuture;
 
-use crate::core::stop::StopReason;
-use crate::core::supervisor::run::runner::Runner;
-use crate::core::supervisor::run::state::Exit;
+use crate::core::supervisor::rules::exit::Exit;
+use crate::core::supervisor::run::attempt::Instance;
 
 /// The task's state; dropping it (however the task ends) reports the end to the supervisor.
-struct Task {
-    runner: Runner,
+struct Task<R: Instance> {
+    runner: R,
     exit: Exit,
 }
 
-impl Task {
+impl<R: Instance> Task<R> {
     /// Records how the instance ended (reported when the task is dropped).
     fn ended(&mut self, exit: Exit) {
         self.exit = exit;
     }
 }
 
-impl Drop for Task {
+impl<R: Instance> Drop for Task<R> {
     fn drop(&mut self) {
-        let runner = &self.runner;
-        runner.shared.stop(StopReason::DONE);
-        (runner.inner).instance_exited(&runner.uid, runner.index, &runner.shared, self.exit);
+        self.runner.exited(self.exit);
     }
 }
 
 /// Starts an instance's task running `body` on its runner.
-pub(crate) fn spawn<F>(runner: Runner, what: &'static str, body: F)
+pub(crate) fn spawn<R, F>(runner: R, what: &'static str, body: F)
 where
-    F: for<'a> FnOnce(&'a mut Runner) -> BoxFuture<'a, Exit> + Send + 'static,
+    R: Instance,
+    F: for<'a> FnOnce(&'a mut R) -> BoxFuture<'a, Exit> + Send + 'static,
 {
     let mut task = Task {
         runner,
         exit: Exit::Dropped,
     };
     drop(tokio::spawn(async move {
-        let (reference, id) = (task.runner.reference.clone(), task.runner.spec.id);
+        let (reference, id) = (task.runner.reference().clone(), task.runner.spec().id);
         tracing::debug!(object = %reference, handler = id, "reconcile {what} started");
         let exit = body(&mut task.runner).await;
         tracing::debug!(object = %reference, handler = id, ?exit, "reconcile {what} ended");

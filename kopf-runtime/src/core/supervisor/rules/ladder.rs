@@ -19,6 +19,49 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+/// How far a stop went on the stop ladder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[repr(u8)]
+pub(crate) enum StopStep {
+    /// It exited without the ladder (between runs, or at once without a graceful period).
+    Exited = 0,
+    /// It exited during the graceful period (`cancellation_backoff`).
+    Signalled = 1,
+    /// It was cancelled.
+    Cancelled = 2,
+    /// It was abandoned.
+    Abandoned = 3,
+}
+
+impl StopStep {
+    /// Every step, in the order of the counters.
+    pub(crate) const ALL: [Self; 4] = [
+        Self::Exited,
+        Self::Signalled,
+        Self::Cancelled,
+        Self::Abandoned,
+    ];
+
+    /// The label value.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Exited => "exited",
+            Self::Signalled => "signalled",
+            Self::Cancelled => "cancelled",
+            Self::Abandoned => "abandoned",
+        }
+    }
+
+    pub(crate) fn from_u8(v: u8) -> Self {
+        match v {
+            0 => Self::Exited,
+            1 => Self::Signalled,
+            2 => Self::Cancelled,
+            _ => Self::Abandoned,
+        }
+    }
+}
+
 /// The options of the ladder, from the handler spec.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct LadderConfig {

@@ -2,8 +2,9 @@
 //! as a table. The running code (`run/`, `daemons/`, `changes/`) asks them and does what they
 //! say.
 //!
-//! - `ladder`: the stop ladder of one instance (soft stop, cancellation, abandonment).
-//! - `policy`: retries and backoff of failed invocations.
+//! - `ladder`: the stop ladder of one instance (soft stop, cancellation, abandonment), and how
+//!   far a stop went on it (`StopStep`).
+//! - `policy`: retries and backoff of failed invocations, decided as a `verdict`.
 //! - `schedule`: a timer's interval, idle and jitter arithmetic.
 //! - `cron`: a cron timer's occurrences (the latest missed, the next one).
 //! - `exit`: how an instance ended.
@@ -13,3 +14,4 @@ pub(crate) mod exit;
 pub(crate) mod ladder;
 pub(crate) mod policy;
 pub(crate) mod schedule;
+pub(crate) mod verdict;

@@ -4,27 +4,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::verdict::Verdict;
 use crate::core::outcome::ErrorKind;
 use crate::core::spec::{ErrorsMode, HandlerSpec};
 
 /// The shortest delay before a retry, so a failing handler cannot busy-loop.
 pub(crate) const MIN_RETRY_DELAY: Duration = Duration::from_secs(1);
-
-/// The decision after a failed invocation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Verdict {
-    /// Try again after `delay`, in the same instance and cycle.
-    Retry {
-        /// The (clamped) delay.
-        delay: Duration,
-    },
-    /// The cycle ended in failure: retries or `retry_timeout` exhausted.
-    Exhausted,
-    /// A permanent failure: a permanent error, or an arbitrary one with `errors = Permanent`.
-    Permanent,
-    /// An arbitrary error with `errors = Ignored`: logged, the cycle counts as done.
-    Ignored,
-}
 
 /// Decides what follows a failure of kind `kind` at attempt `retry` (from 0) of a cycle that
 /// began at `started`.

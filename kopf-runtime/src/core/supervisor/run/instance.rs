@@ -1,14 +1,14 @@
 //! What the supervisor and an instance's task share: the instance's stop flag, the flag of
-//! its invocation in flight, and how far its stop ladder went. A leaf: the state, the tasks and
-//! the change task import it.
+//! its invocation in flight, and how far its stop ladder went ([`LadderMark`]). A leaf of data:
+//! the state, the kinds' parts, the tasks and the counters read it, and it imports no behaviour.
 
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use tokio_util::sync::CancellationToken;
 
-use super::meter::LadderMark;
 use crate::core::stop::{StopReason, Stopper};
+use crate::core::supervisor::rules::ladder::StopStep;
 use crate::core::sync::lock;
 
 /// What the supervisor and an instance's task share.
@@ -77,5 +77,35 @@ impl InstanceShared {
             *lingering = None;
         }
         lingering.clone()
+    }
+}
+
+/// The deepest step a stopping instance's ladder reached, kept with the instance.
+#[derive(Debug, Default)]
+pub(crate) struct LadderMark(AtomicU8);
+
+impl LadderMark {
+    /// The ladder reached `step`.
+    pub(crate) fn reached(&self, step: StopStep) {
+        self.0.fetch_max(step as u8, Ordering::Relaxed);
+    }
+
+    /// The deepest step reached.
+    pub(crate) fn get(&self) -> StopStep {
+        StopStep::from_u8(self.0.load(Ordering::Relaxed))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ladder_mark_keeps_the_deepest_step() {
+        let mark = LadderMark::default();
+        assert_eq!(mark.get(), StopStep::Exited);
+        mark.reached(StopStep::Cancelled);
+        mark.reached(StopStep::Signalled);
+        assert_eq!(mark.get(), StopStep::Cancelled);
     }
 }

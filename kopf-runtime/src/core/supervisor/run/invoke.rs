@@ -1,48 +1,38 @@
 //! One invocation: start it (on a dedicated thread for blocking handlers), enforce its
-//! `timeout`, and run the stop ladder when it is asked to stop.
+//! `timeout`, and run the stop ladder when it is asked to stop; and the runner as the kinds'
+//! loops see it (`impl Instance for Runner`), whose attempts are these invocations.
 
+use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, MutexGuard};
+use std::time::Duration;
+
+use jiff::Timestamp;
 
 use futures::FutureExt;
 use futures::future::{BoxFuture, CatchUnwind};
-use tokio::sync::OwnedSemaphorePermit;
+use tokio::sync::{OwnedSemaphorePermit, watch};
 use tokio::time::{Instant, Sleep};
 
+use super::attempt::{Attempt, AttemptEnd, Instance};
 use super::blocking::{Thread, spawn_thread};
-use super::meter::{InvocationResult, StopStep};
-use super::runner::{Runner, panic_message};
-use super::state::Exit;
-use crate::core::erased::{Call, Invocation, Output};
+use super::meter::InvocationResult;
+use super::runner::{Cleanup, Runner, panic_message};
+use crate::core::call::{Call, Output};
+use crate::core::erased::Invocation;
+use crate::core::object::{ObjectRef, ObjectState};
 use crate::core::outcome::HandlerError;
+use crate::core::spec::HandlerSpec;
 use crate::core::stop::{StopReason, Stopper};
-use crate::core::supervisor::rules::ladder::{Action, Input, Ladder, LadderConfig};
+use crate::core::supervisor::config::SupervisorConfig;
+use crate::core::supervisor::rules::exit::Exit;
+use crate::core::supervisor::rules::ladder::{Action, Input, Ladder, LadderConfig, StopStep};
+use crate::core::supervisor::rules::verdict::Verdict;
+use crate::core::sync::lock;
 
 type Outcome = Result<Output, HandlerError>;
-
-/// Where an attempt stands in its cycle.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Attempt {
-    /// The attempt number in the cycle, from 0.
-    pub(crate) retry: u32,
-    /// When the cycle's first attempt started.
-    pub(crate) started: Instant,
-    /// A cron timer's occurrence.
-    pub(crate) occurrence: Option<jiff::Timestamp>,
-    /// When a timer's schedule wanted this run to start (its lateness is measured from it).
-    pub(crate) due: Option<Instant>,
-}
-
-/// How an attempt ended.
-pub(crate) enum AttemptEnd {
-    /// The handler finished (a handler timeout counts as an error). The instance may have been
-    /// asked to stop meanwhile: the caller checks.
-    Finished(Outcome),
-    /// The instance was asked to stop, and the invocation is over (or never started).
-    Stopped(Exit),
-}
 
 /// An invocation in flight.
 enum Work {
@@ -226,102 +216,99 @@ enum Ended {
     Abandoned,
 }
 
-impl Attempt {
-    /// Runs the attempt to its end.
-    pub(crate) async fn run(self, runner: &Runner) -> AttemptEnd {
-        let attempt = self;
-        // The rare waits are boxed: the invocation future of a daemon lives as long as the
-        // daemon, so it is sized for what an async handler's invocation holds.
-        if let Some(clearance) = runner.inner.clearance.get()
-            && !clearance.is_clear()
-            && !Box::pin(clearance.wait(&runner.shared.stopper)).await
+/// Runs `attempt` to its end.
+async fn run(attempt: Attempt, runner: &Runner) -> AttemptEnd {
+    // The rare waits are boxed: the invocation future of a daemon lives as long as the
+    // daemon, so it is sized for what an async handler's invocation holds.
+    if let Some(clearance) = runner.inner.clearance.get()
+        && !clearance.is_clear()
+        && !Box::pin(clearance.wait(&runner.shared.stopper)).await
+    {
+        return AttemptEnd::Stopped(Exit::Exited);
+    }
+    let permit = if runner.spec.blocking {
+        match Box::pin(runner.blocking_slot()).await {
+            Some(permit) => Some(permit),
+            None => return AttemptEnd::Stopped(Exit::Exited),
+        }
+    } else {
+        None
+    };
+    let stopper = runner
+        .shared
+        .begin_invocation(runner.spec.timeout.is_some());
+    if let Some(clearance) = runner.inner.clearance.get() {
+        // Cleared now: from here on, every check of the flags also ends the invocation the
+        // moment the clearance lapses, even before the supervisor hears of it (a process
+        // thawed past its lease must not run another loop of a daemon).
+        runner.shared.stopper.bind_validity(|| clearance.validity());
+        stopper.bind_validity(|| clearance.validity());
+    }
+    if runner.stopping() {
+        return AttemptEnd::Stopped(Exit::Exited);
+    }
+    let mut live = runner.live.clone();
+    let object = Arc::clone(&live.borrow_and_update());
+    let invocation = Invocation {
+        object,
+        live,
+        stopper: stopper.clone(),
+        retry: attempt.retry,
+        started: attempt.started,
+        services: runner.inner.services.clone(),
+        span: runner.span.clone(),
+        memo: Arc::clone(&runner.memo),
+        occurrence: attempt.occurrence,
+        change: runner.change.clone(),
+    };
+    runner.inner.fires.fetch_add(1, Ordering::Relaxed);
+    tracing::debug!(
+        object = %runner.reference, handler = runner.spec.id, retry = attempt.retry,
+        "{} invoked", runner.kind()
+    );
+    // Counted: when the run was due (timers), and how long it ran.
+    let began = runner.meter().map(|meter| {
+        let now = Instant::now();
+        if let Some(due) = attempt.due {
+            meter.lateness.observe(now.saturating_duration_since(due));
+        }
+        now
+    });
+    let work = match Work::start(runner, invocation, permit).await {
+        Ok(work) => work,
+        Err((err, result)) => {
+            runner.count_invocation(result, began);
+            return AttemptEnd::Finished(Err(err));
+        }
+    };
+    let thread_ended = match &work {
+        Work::Thread(thread) => Some(thread.ended.clone()),
+        Work::Async(_) => None,
+    };
+    let (ended, timed_out) = work.drive(runner, &stopper).await;
+    if let (Ended::Abandoned, Some(thread_ended)) = (&ended, thread_ended) {
+        // Its thread may run on: the slot is held until it returns.
+        runner.shared.leave_thread(thread_ended);
+    }
+    let result = match &ended {
+        _ if timed_out => InvocationResult::Timeout,
+        Ended::Returned(Ok(_)) => InvocationResult::Success,
+        Ended::Returned(Err(err)) => InvocationResult::of_error(err),
+        Ended::Panicked(_) => InvocationResult::Panic,
+        Ended::Cancelled | Ended::Abandoned => InvocationResult::Stopped,
+    };
+    runner.count_invocation(result, began);
+    let timeout = || HandlerError::timeout(runner.spec.timeout.unwrap_or_default());
+    match ended {
+        Ended::Returned(_) | Ended::Panicked(_) | Ended::Cancelled | Ended::Abandoned
+            if timed_out =>
         {
-            return AttemptEnd::Stopped(Exit::Exited);
+            AttemptEnd::Finished(Err(timeout()))
         }
-        let permit = if runner.spec.blocking {
-            match Box::pin(runner.blocking_slot()).await {
-                Some(permit) => Some(permit),
-                None => return AttemptEnd::Stopped(Exit::Exited),
-            }
-        } else {
-            None
-        };
-        let stopper = runner
-            .shared
-            .begin_invocation(runner.spec.timeout.is_some());
-        if let Some(clearance) = runner.inner.clearance.get() {
-            // Cleared now: from here on, every check of the flags also ends the invocation the
-            // moment the clearance lapses, even before the supervisor hears of it (a process
-            // thawed past its lease must not run another loop of a daemon).
-            runner.shared.stopper.bind_validity(|| clearance.validity());
-            stopper.bind_validity(|| clearance.validity());
-        }
-        if runner.stopping() {
-            return AttemptEnd::Stopped(Exit::Exited);
-        }
-        let mut live = runner.live.clone();
-        let object = Arc::clone(&live.borrow_and_update());
-        let invocation = Invocation {
-            object,
-            live,
-            stopper: stopper.clone(),
-            retry: attempt.retry,
-            started: attempt.started,
-            services: runner.inner.services.clone(),
-            span: runner.span.clone(),
-            memo: Arc::clone(&runner.memo),
-            occurrence: attempt.occurrence,
-            change: runner.change.clone(),
-        };
-        runner.inner.fires.fetch_add(1, Ordering::Relaxed);
-        tracing::debug!(
-            object = %runner.reference, handler = runner.spec.id, retry = attempt.retry,
-            "{} invoked", runner.kind()
-        );
-        // Counted: when the run was due (timers), and how long it ran.
-        let began = runner.meter().map(|meter| {
-            let now = Instant::now();
-            if let Some(due) = attempt.due {
-                meter.lateness.observe(now.saturating_duration_since(due));
-            }
-            now
-        });
-        let work = match Work::start(runner, invocation, permit).await {
-            Ok(work) => work,
-            Err((err, result)) => {
-                runner.count_invocation(result, began);
-                return AttemptEnd::Finished(Err(err));
-            }
-        };
-        let thread_ended = match &work {
-            Work::Thread(thread) => Some(thread.ended.clone()),
-            Work::Async(_) => None,
-        };
-        let (ended, timed_out) = work.drive(runner, &stopper).await;
-        if let (Ended::Abandoned, Some(thread_ended)) = (&ended, thread_ended) {
-            // Its thread may run on: the slot is held until it returns.
-            runner.shared.leave_thread(thread_ended);
-        }
-        let result = match &ended {
-            _ if timed_out => InvocationResult::Timeout,
-            Ended::Returned(Ok(_)) => InvocationResult::Success,
-            Ended::Returned(Err(err)) => InvocationResult::of_error(err),
-            Ended::Panicked(_) => InvocationResult::Panic,
-            Ended::Cancelled | Ended::Abandoned => InvocationResult::Stopped,
-        };
-        runner.count_invocation(result, began);
-        let timeout = || HandlerError::timeout(runner.spec.timeout.unwrap_or_default());
-        match ended {
-            Ended::Returned(_) | Ended::Panicked(_) | Ended::Cancelled | Ended::Abandoned
-                if timed_out =>
-            {
-                AttemptEnd::Finished(Err(timeout()))
-            }
-            Ended::Returned(outcome) => AttemptEnd::Finished(outcome),
-            Ended::Panicked(err) => AttemptEnd::Finished(Err(err)),
-            Ended::Cancelled => AttemptEnd::Stopped(Exit::Cancelled),
-            Ended::Abandoned => AttemptEnd::Stopped(Exit::Abandoned),
-        }
+        Ended::Returned(outcome) => AttemptEnd::Finished(outcome),
+        Ended::Panicked(err) => AttemptEnd::Finished(Err(err)),
+        Ended::Cancelled => AttemptEnd::Stopped(Exit::Cancelled),
+        Ended::Abandoned => AttemptEnd::Stopped(Exit::Abandoned),
     }
 }
 
@@ -330,5 +317,88 @@ async fn wake(sleep: &mut Option<Pin<Box<Sleep>>>) {
     match sleep {
         Some(s) => s.as_mut().await,
         None => std::future::pending().await,
+    }
+}
+
+/// The runner as the kinds' loops see it (here, beside the attempt it runs).
+impl Instance for Runner {
+    fn spec(&self) -> &'static HandlerSpec {
+        self.spec
+    }
+
+    fn reference(&self) -> &ObjectRef {
+        &self.reference
+    }
+
+    fn stopper(&self) -> &Stopper {
+        &self.shared.stopper
+    }
+
+    fn live(&self) -> &watch::Receiver<Arc<ObjectState>> {
+        &self.live
+    }
+
+    fn live_mut(&mut self) -> &mut watch::Receiver<Arc<ObjectState>> {
+        &mut self.live
+    }
+
+    fn idle(&self) -> (Instant, u64) {
+        self.idle.get()
+    }
+
+    fn attempt(&self, attempt: Attempt) -> impl Future<Output = AttemptEnd> + Send {
+        run(attempt, self)
+    }
+
+    fn judge_failure(&self, err: &HandlerError, retry: u32, started: Instant) -> Verdict {
+        Self::judge_failure(self, err, retry, started)
+    }
+
+    fn report_failure(&self, err: &HandlerError, verdict: Verdict) {
+        Self::report_failure(self, err, verdict);
+    }
+
+    fn emit_output(&self, output: Output) {
+        Self::emit_output(self, output);
+    }
+
+    fn initial_delay(&self) -> Option<Duration> {
+        Self::initial_delay(self)
+    }
+
+    fn counted(&self) -> bool {
+        self.meter().is_some()
+    }
+
+    fn rng(&self) -> MutexGuard<'_, fastrand::Rng> {
+        lock(&self.inner.rng)
+    }
+
+    fn config(&self) -> &SupervisorConfig {
+        &self.inner.config
+    }
+
+    fn cron_last(&self) -> Option<Timestamp> {
+        let state = self.inner.lock();
+        let entry = state.objects.get(&*self.uid);
+        entry.and_then(|entry| entry.slots.get(self.index)?.cron_last)
+    }
+
+    fn remember_cron(&self, occurrence: Timestamp) {
+        let mut state = self.inner.lock();
+        let entry = state.objects.get_mut(&*self.uid);
+        if let Some(slot) = entry.and_then(|entry| entry.slots.get_mut(self.index)) {
+            slot.cron_last = Some(occurrence);
+        }
+    }
+
+    fn call_cleanup(&mut self) {
+        self.handler = Arc::new(Cleanup(Arc::clone(&self.handler)));
+    }
+
+    fn exited(&self, exit: Exit) {
+        // A thread left behind keeps seeing its flag set.
+        self.shared.stop(StopReason::DONE);
+        (self.inner).instance_exited(&self.uid, self.index, &self.shared, exit);
     }
 }

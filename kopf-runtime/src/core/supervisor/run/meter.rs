@@ -6,12 +6,13 @@
 //!
 //! Nothing here knows about Prometheus: the operator encodes what it reads.
 
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::core::outcome::{ErrorKind, HandlerError};
 use crate::core::stop::StopReason;
 use crate::core::supervisor::rules::exit::Exit;
+use crate::core::supervisor::rules::ladder::StopStep;
 
 /// How an invocation ended, as counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,65 +106,6 @@ impl StopCause {
         ]
         .into_iter()
         .find_map(|(reason, cause)| reasons.contains(reason).then_some(cause))
-    }
-}
-
-/// How far a stop went on the stop ladder.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-#[repr(u8)]
-pub(crate) enum StopStep {
-    /// It exited without the ladder (between runs, or at once without a graceful period).
-    Exited = 0,
-    /// It exited during the graceful period (`cancellation_backoff`).
-    Signalled = 1,
-    /// It was cancelled.
-    Cancelled = 2,
-    /// It was abandoned.
-    Abandoned = 3,
-}
-
-impl StopStep {
-    /// Every step, in the order of the counters.
-    pub(crate) const ALL: [Self; 4] = [
-        Self::Exited,
-        Self::Signalled,
-        Self::Cancelled,
-        Self::Abandoned,
-    ];
-
-    /// The label value.
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Self::Exited => "exited",
-            Self::Signalled => "signalled",
-            Self::Cancelled => "cancelled",
-            Self::Abandoned => "abandoned",
-        }
-    }
-
-    fn from_u8(v: u8) -> Self {
-        match v {
-            0 => Self::Exited,
-            1 => Self::Signalled,
-            2 => Self::Cancelled,
-            _ => Self::Abandoned,
-        }
-    }
-}
-
-/// The deepest step a stopping instance's ladder reached, kept with the instance.
-#[derive(Debug, Default)]
-pub(crate) struct LadderMark(AtomicU8);
-
-impl LadderMark {
-    /// The ladder reached `step`.
-    pub(crate) fn reached(&self, step: StopStep) {
-        self.0.fetch_max(step as u8, Ordering::Relaxed);
-    }
-
-    /// The deepest step reached.
-    pub(crate) fn get(&self) -> StopStep {
-        StopStep::from_u8(self.0.load(Ordering::Relaxed))
     }
 }
 
@@ -353,14 +295,5 @@ mod tests {
             .flat_map(|c| StopStep::ALL.iter().map(|s| meter.stops(*c, *s)))
             .sum();
         assert_eq!(all, 3);
-    }
-
-    #[test]
-    fn a_ladder_mark_keeps_the_deepest_step() {
-        let mark = LadderMark::default();
-        assert_eq!(mark.get(), StopStep::Exited);
-        mark.reached(StopStep::Cancelled);
-        mark.reached(StopStep::Signalled);
-        assert_eq!(mark.get(), StopStep::Cancelled);
     }
 }

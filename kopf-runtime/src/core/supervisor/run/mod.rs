@@ -4,13 +4,19 @@
 //! peers built on it, and a kind's own per-object state is a part (`parts`), not a field.
 //!
 //! ```text
+//!  attempt: what a kind's loop sees (Attempt, AttemptEnd, the Instance trait)
+//!    ▲ implemented by
+//!  invoke (one attempt: timeout, stop ladder, threads) ──▶ runner (one handler on one object)
+//!                                                             │
 //!  state ◀── parts (a kind's state, by type)      road ──▶ Effect channel / output sink
-//!    ▲
-//!  runner (one handler on one object) ◀── invoke (one attempt: timeout, stop ladder, threads)
-//!    ▲
-//!  instance, meter, census, stats, report, outputs, blocking
+//!    │
+//!  instance (shared flags, ladder mark), meter, census, stats, report, outputs, blocking
 //! ```
+//!
+//! The kinds' loops are generic over `attempt::Instance` and import neither `runner` nor
+//! `invoke` nor `state`: `lifecycle` hands them a `Runner`.
 
+pub(crate) mod attempt;
 pub(crate) mod blocking;
 pub(crate) mod census;
 pub(crate) mod instance;

@@ -9,15 +9,19 @@ use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, watch};
 use tokio::time::Instant;
 
-use super::meter::{HandlerMeter, InvocationResult, StopStep};
-use super::state::{Exit, IdleClock, InstanceShared, ObjectEntry, SupervisorCore};
+use super::attempt::Instance;
+use super::meter::{HandlerMeter, InvocationResult};
+use super::state::{IdleClock, InstanceShared, ObjectEntry, SupervisorCore};
+use crate::core::call::Output;
 use crate::core::effects::Effect;
-use crate::core::erased::{ErasedHandler, Output};
+use crate::core::erased::{Call, ErasedHandler, Invocation, MatchError};
 use crate::core::memo::ObjectMemo;
 use crate::core::object::{ObjectRef, ObjectState};
 use crate::core::outcome::HandlerError;
 use crate::core::spec::{HandlerKind, HandlerSpec};
-use crate::core::supervisor::rules::policy::{Verdict, judge};
+use crate::core::supervisor::rules::ladder::StopStep;
+use crate::core::supervisor::rules::policy::judge;
+use crate::core::supervisor::rules::verdict::Verdict;
 
 /// The context of one instance's task.
 pub(crate) struct Runner {
@@ -101,10 +105,6 @@ impl Runner {
         verdict
     }
 
-    pub(crate) fn kind(&self) -> &'static str {
-        self.spec.kind.as_str()
-    }
-
     /// The handler's counters, when the supervisor counts.
     pub(crate) fn meter(&self) -> Option<&HandlerMeter> {
         self.inner.meter(self.index)
@@ -122,29 +122,6 @@ impl Runner {
     pub(crate) fn ladder_reached(&self, step: StopStep) {
         if self.stopping() {
             self.shared.ladder.reached(step);
-        }
-    }
-
-    /// Whether the instance was asked to stop.
-    pub(crate) fn stopping(&self) -> bool {
-        self.shared.is_stopping()
-    }
-
-    /// How the instance ends now that its handler is finished: on its own unless asked to stop.
-    pub(crate) fn finished(&self) -> Exit {
-        if self.stopping() {
-            Exit::Exited
-        } else {
-            Exit::Done
-        }
-    }
-
-    /// Sleeps until `until` unless asked to stop first; `true` if asked to stop.
-    pub(crate) async fn sleep_until(&self, until: Instant) -> bool {
-        tokio::select! {
-            biased;
-            () = self.shared.stopper.stopped() => true,
-            () = tokio::time::sleep_until(until) => self.stopping(),
         }
     }
 
@@ -280,6 +257,24 @@ impl Runner {
             "{} panicked: {message}", self.kind()
         );
         HandlerError::msg(format!("the handler panicked: {message}"))
+    }
+}
+
+/// A handler seen through its cleanup (a reconcile handler's, once its object is being
+/// deleted): what the invocation machinery calls is the cleanup.
+pub(crate) struct Cleanup(pub(crate) Arc<dyn ErasedHandler>);
+
+impl ErasedHandler for Cleanup {
+    fn spec(&self) -> &'static HandlerSpec {
+        self.0.spec()
+    }
+
+    fn matches(&self, object: &ObjectState) -> Result<bool, MatchError> {
+        self.0.matches(object)
+    }
+
+    fn invoke(&self, invocation: Invocation) -> Result<Call, HandlerError> {
+        self.0.cleanup(invocation)
     }
 }
 
