@@ -93,11 +93,10 @@ fn check_param(arg: &FnArg, errors: &mut darling::error::Accumulator) -> Option<
             None
         }
         Type::Reference(reference) => {
-            let inner = &reference.elem;
             errors.push(
                 darling::Error::custom(format!(
                     "parameters are injected by value: take `{}` instead of a reference",
-                    quote::quote!(#inner)
+                    owned_form(&reference.elem)
                 ))
                 .with_span(&typed.ty),
             );
@@ -105,6 +104,28 @@ fn check_param(arg: &FnArg, errors: &mut darling::error::Accumulator) -> Option<
         }
         ty => Some(ty.clone()),
     }
+}
+
+/// What a parameter of type `&T` would take by value: `T` itself, or the owned form of an
+/// unsized `T` (`&str` → `String`, `&[T]` → `Vec<T>`, `&Path` → `PathBuf`), which a by-value
+/// parameter cannot be.
+fn owned_form(referent: &Type) -> String {
+    let text = quote::quote!(#referent).to_string();
+    let owned = match referent {
+        Type::Slice(slice) => {
+            let elem = &slice.elem;
+            return format!("Vec<{}>", quote::quote!(#elem));
+        }
+        Type::Path(path) => match path.path.segments.last().map(|s| s.ident.to_string()) {
+            Some(last) if last == "str" => "String",
+            Some(last) if last == "Path" => "PathBuf",
+            Some(last) if last == "OsStr" => "OsString",
+            Some(last) if last == "CStr" => "CString",
+            _ => return text,
+        },
+        _ => return text,
+    };
+    owned.to_owned()
 }
 
 /// Analyses the function; all problems are reported together.
@@ -156,6 +177,23 @@ mod tests {
         let object = sig.object.unwrap();
         assert_eq!(quote::quote!(#object).to_string(), "Pod");
         assert!(sig.output.is_some());
+    }
+
+    #[test]
+    fn a_reference_is_told_the_owned_type_to_take() {
+        for (param, owned) in [
+            (quote::quote!(stopper: &Stopper), "take `Stopper` instead"),
+            (quote::quote!(name: &str), "take `String` instead"),
+            (quote::quote!(items: &[u8]), "take `Vec<u8>` instead"),
+            (
+                quote::quote!(path: &std::path::Path),
+                "take `PathBuf` instead",
+            ),
+        ] {
+            let errors = errors_of(&parse_quote!(async fn f(#param) {}));
+            assert_eq!(errors.len(), 1, "{param}: {errors:?}");
+            assert!(errors[0].contains(owned), "{param}: {errors:?}");
+        }
     }
 
     #[test]

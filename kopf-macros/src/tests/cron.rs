@@ -34,7 +34,17 @@ fn cron_schedule() {
     assert!(!m.schedule.sharp && !m.schedule.once);
 
     // Defaults: UTC, skip; seconds first and nicknames parse too.
-    for expr in ["*/15 * * * *", "30 0 3 * * *", "@daily", "0 0 29 2 *"] {
+    for expr in [
+        "*/15 * * * *",
+        "30 0 3 * * *",
+        "@daily",
+        "0 0 29 2 *",
+        "0 0 * jan-mar mon-fri",
+        "0 0 L * *",
+        "0 0 * * 5#2",
+        "0 0 * * FRIL",
+        "0 0 15W * *",
+    ] {
         let m = build(Kind::Timer, quote!(cron = #expr), pod_daemon()).unwrap();
         let cron = m.schedule.cron.expect("a cron schedule");
         assert_eq!((cron.expr.as_str(), cron.tz.as_str()), (expr, "UTC"));
@@ -46,7 +56,15 @@ fn cron_schedule() {
 
 #[test]
 fn cron_mistakes() {
-    let cases: [(TokenStream, &str); 16] = [
+    let cases: [(TokenStream, &str); 18] = [
+        (
+            quote!(cron = "0 0 * * JAN"),
+            "`JAN` is not a value of the day of week (5th field)",
+        ),
+        (
+            quote!(cron = "0 0 * MON-FRI *"),
+            "`MON` is not a value of the month (4th field)",
+        ),
         (
             quote!(cron = "0 3 * *"),
             "invalid cron expression \"0 3 * *\"",

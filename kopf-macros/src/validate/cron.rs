@@ -73,9 +73,19 @@ fn without_cron(args: &RawArgs) -> darling::Result<()> {
     errors.finish()
 }
 
-/// The expression parses, and matches at least one date.
+/// The expression parses, takes in each field only what that field takes, and matches at least
+/// one date.
 fn expression(expr: &SpannedValue<String>) -> darling::Result<()> {
-    let cron = parser().parse(expr).map_err(|e| {
+    // The parser takes any name in any field (`0 0 * * JAN` runs on Mondays): the fields' own
+    // check refuses what the parser accepts but the user cannot have meant.
+    let parsed = parser().parse(expr);
+    if let (Ok(_), Some(field)) = (&parsed, cron_fields::diagnose(expr)) {
+        return Err(err(
+            format!("invalid cron expression \"{}\": {field}", expr.as_str()),
+            expr.span(),
+        ));
+    }
+    let cron = parsed.map_err(|e| {
         // A field at fault is named; otherwise the parser's reason, with the fields' layout.
         let reason = match cron_fields::diagnose(expr) {
             Some(field) => field,

@@ -1,7 +1,7 @@
 //! Which field of a cron expression the parser rejected, and why, in words a user can act on:
-//! the field's name, the value written and what the field takes. Only consulted once the parser
-//! has refused the expression, so it can never reject one the runtime would accept; what it
-//! cannot explain is left to the parser's own message.
+//! the field's name, the value written and what the field takes. Also consulted when the parser
+//! accepts an expression, which it does with a name in a field that does not take it (a month's
+//! name for a day of week); what it cannot explain is left to the parser's own message.
 
 /// A field of a cron expression: its name, its range and the names it takes for numbers.
 struct Field {
