@@ -1,0 +1,46 @@
+//! [`IndexModel`] → the index's type (named after the function, in the type namespace only, so
+//! the function keeps its name), its `IndexDef` impl and its registration.
+
+use proc_macro2::TokenStream;
+use quote::quote;
+
+use crate::model::IndexModel;
+
+/// The tokens that follow an `#[index]` function.
+pub(crate) fn generate(model: &IndexModel) -> TokenStream {
+    let IndexModel {
+        krate,
+        name,
+        vis,
+        resource,
+        pairs,
+    } = model;
+    let id = name.to_string();
+    let doc = format!("The index [`{id}`](fn@{id}) makes: take it in a handler as `Index<{id}>`.");
+    let item = quote!(<#pairs as ::core::iter::IntoIterator>::Item);
+    quote! {
+        #[doc = #doc]
+        #[allow(non_camel_case_types, dead_code)]
+        #[derive(Debug)]
+        #vis struct #name {}
+
+        const _: () = {
+            impl #krate::IndexDef for #name {
+                type Resource = #resource;
+                type Key = <#item as #krate::__private::IndexPair>::Key;
+                type Value = <#item as #krate::__private::IndexPair>::Value;
+                const ID: &'static str = #id;
+
+                fn pairs(
+                    object: ::std::sync::Arc<#resource>,
+                ) -> ::std::vec::Vec<(Self::Key, Self::Value)> {
+                    #krate::__private::index_pairs(#name(object))
+                }
+            }
+
+            #krate::__private::inventory::submit! {
+                #krate::engine::IndexRegistration::new::<#name>()
+            }
+        };
+    }
+}
