@@ -2,7 +2,8 @@
 //! the function keeps its name), its `IndexDef` impl and its registration.
 
 use proc_macro2::TokenStream;
-use quote::quote;
+use quote::{quote, quote_spanned};
+use syn::spanned::Spanned;
 
 use crate::model::IndexModel;
 
@@ -17,7 +18,10 @@ pub(crate) fn generate(model: &IndexModel) -> TokenStream {
     } = model;
     let id = name.to_string();
     let doc = format!("The index [`{id}`](fn@{id}) makes: take it in a handler as `Index<{id}>`.");
-    let item = quote!(<#pairs as ::core::iter::IntoIterator>::Item);
+    // Spanned on the return type: a collection of non-pairs is reported there.
+    let item = quote_spanned!(pairs.span()=> <#pairs as ::core::iter::IntoIterator>::Item);
+    let key = quote_spanned!(pairs.span()=> <#item as #krate::__private::IndexPair>::Key);
+    let value = quote_spanned!(pairs.span()=> <#item as #krate::__private::IndexPair>::Value);
     quote! {
         #[doc = #doc]
         #[allow(non_camel_case_types, dead_code)]
@@ -27,8 +31,8 @@ pub(crate) fn generate(model: &IndexModel) -> TokenStream {
         const _: () = {
             impl #krate::IndexDef for #name {
                 type Resource = #resource;
-                type Key = <#item as #krate::__private::IndexPair>::Key;
-                type Value = <#item as #krate::__private::IndexPair>::Value;
+                type Key = #key;
+                type Value = #value;
                 const ID: &'static str = #id;
 
                 fn pairs(

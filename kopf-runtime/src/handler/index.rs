@@ -41,7 +41,7 @@ use crate::core::resource::ResourceInfo;
 /// #     }
 /// # }
 /// /// Pods by the node they run on.
-/// #[allow(non_camel_case_types)]
+/// #[allow(non_camel_case_types, dead_code)]
 /// struct pods_by_node {}
 ///
 /// impl IndexDef for pods_by_node {
@@ -53,6 +53,9 @@ use crate::core::resource::ResourceInfo;
 ///         vec![(pod.node.clone(), 1)]
 ///     }
 /// }
+///
+/// let pod = Arc::new(Pod { node: "n1".into() });
+/// assert_eq!(pods_by_node::pairs(pod), [("n1".to_owned(), 1)]);
 /// ```
 pub trait IndexDef: Send + Sync + 'static {
     /// The indexed resource.
