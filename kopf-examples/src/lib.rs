@@ -42,6 +42,7 @@ pub mod docs {
         HighAvailability => "docs/high-availability.md",
         Reconcile => "docs/reconcile.md",
         Children => "docs/children.md",
+        Indexes => "docs/indexes.md",
         ComingFromKubeRs => "docs/coming-from-kube-rs.md",
     }
 }

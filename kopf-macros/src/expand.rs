@@ -65,3 +65,24 @@ pub(crate) fn expand(kind: Kind, args: TokenStream, item: TokenStream) -> TokenS
     }
     out
 }
+
+/// The whole expansion of `#[index(args)]` on `item`: the function unchanged, then its index's
+/// type and registration, or every error.
+pub(crate) fn expand_index(args: TokenStream, item: TokenStream) -> TokenStream {
+    let func: ItemFn = match syn::parse2(item.clone()) {
+        Ok(func) => func,
+        Err(_) => {
+            let error = syn::Error::new(Span::call_site(), "#[index] goes on a function (`fn`)");
+            let mut out = item;
+            out.extend(error.to_compile_error());
+            return out;
+        }
+    };
+    let mut out = quote!(#[allow(clippy::needless_pass_by_value)]);
+    out.extend(func.to_token_stream());
+    match validate::index::index(args, &func) {
+        Ok(model) => out.extend(codegen::index::generate(&model)),
+        Err(errors) => out.extend(errors.write_errors()),
+    }
+    out
+}

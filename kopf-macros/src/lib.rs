@@ -109,6 +109,12 @@ pub fn on_resume(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::expand(Kind::Resume, args.into(), item.into()).into()
 }
 
+#[doc = include_str!("docs/index.md")]
+#[proc_macro_attribute]
+pub fn index(args: TokenStream, item: TokenStream) -> TokenStream {
+    expand::expand_index(args.into(), item.into()).into()
+}
+
 #[doc = include_str!("docs/reconcile.md")]
 #[doc = include_str!("docs/generated.md")]
 #[proc_macro_attribute]

@@ -172,3 +172,18 @@ pub(crate) struct Watched {
     /// The `T` of the handler's `FieldChange<T>` parameter, if it takes one.
     pub(crate) value_type: Option<syn::Type>,
 }
+
+/// A validated `#[index]`: the function, the resource it indexes and what it returns.
+#[derive(Debug)]
+pub(crate) struct IndexModel {
+    /// The path of kopf-runtime in the generated code.
+    pub(crate) krate: syn::Path,
+    /// The function's name: the index's name, and the type `Index<...>` names.
+    pub(crate) name: syn::Ident,
+    /// The function's visibility, given to that type.
+    pub(crate) vis: syn::Visibility,
+    /// `K` of the `Arc<K>` parameter.
+    pub(crate) resource: syn::Type,
+    /// The return type: a collection of `(key, value)` pairs.
+    pub(crate) pairs: syn::Type,
+}

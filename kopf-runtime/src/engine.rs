@@ -139,4 +139,4 @@ pub use crate::core::spec::{
 pub use crate::core::supervisor::{
     BlockingPool, InScope, ShutdownReport, Stats, Supervisor, SupervisorConfig,
 };
-pub use crate::handler::{ChildWrites, Registration, TypedHandler, erase};
+pub use crate::handler::{ChildWrites, IndexRegistration, Registration, TypedHandler, erase};

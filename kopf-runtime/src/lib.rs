@@ -132,13 +132,15 @@
 //! The crate root has what handler authors and `main` use; everything else is in a module.
 //!
 //! - **Attributes**: [`daemon`], [`timer`], the change handlers [`on_create`],
-//!   [`on_update`], [`on_delete`] and [`on_resume`], and [`reconcile`].
+//!   [`on_update`], [`on_delete`] and [`on_resume`], and [`reconcile`]; [`index`] for an
+//!   index of a kind's objects ([`IndexDef`] is what it implements).
 //! - **Injectable parameters**: [`Stopper`] with its [`StopReason`]; [`Patch`] (its writes fail
 //!   with a [`PatchError`]); [`Live`], [`Data`], [`Memo`], [`Events`] (failing with an
 //!   [`EventError`]), [`ObjectRef`], [`Retry`], [`Started`], [`Runtime`], a cron timer's
 //!   [`Occurrence`]; a change handler's [`Old`] object, [`FieldChange`]s and [`Diff`] (of
 //!   [`DiffItem`]s, each with a [`DiffOp`]); [`Children`], which applies an object's owned
-//!   children (failing with a [`ChildError`]). [`Inject`] and [`BlockingSafe`] make your own
+//!   children (failing with a [`ChildError`]); an [`Index`] to look objects up by key.
+//!   [`Inject`] and [`BlockingSafe`] make your own
 //!   types injectable.
 //! - **Results and errors**: [`HandlerResult`], [`HandlerError`] with its [`ErrorKind`], and
 //!   [`BoxError`], the cause it boxes; [`Action`], what a reconcile handler asks for next.
@@ -216,13 +218,15 @@ pub use crate::handler::{
     BlockingSafe, Data, FieldChange, Inject, Live, Memo, Occurrence, Old, Patch, Registry,
     RegistryError, Retry, Runtime, SchemalessStatus, ScopeKind, Started, StaticResource,
 };
-pub use crate::handler::{ChildError, Children};
+pub use crate::handler::{ChildError, Children, Index, IndexDef};
 #[cfg(feature = "cli")]
 pub use crate::operator::OperatorArgs;
 pub use crate::operator::{EventError, Events, Operator, OperatorBuilder, OperatorError};
 #[cfg(feature = "logging")]
 pub use crate::operator::{LogFormat, LoggingError, init_logging};
-pub use kopf_macros::{daemon, on_create, on_delete, on_resume, on_update, reconcile, timer};
+pub use kopf_macros::{
+    daemon, index, on_create, on_delete, on_resume, on_update, reconcile, timer,
+};
 /// The official Prometheus client, whose registry the operator's `/metrics` serves: register
 /// your own metrics into a [`Registry`](prometheus_client::registry::Registry) and give it to
 /// [`OperatorBuilder::metrics_registry`] (re-exported so that its version is the operator's).
@@ -276,6 +280,7 @@ pub mod __private {
         ChangeHandlerKind, CleanupFn, DaemonKind, HandlerReturn, PreparedCall, ReconcileReturn,
         TimerKind, assert_blocking_safe, decode_probe, kind_ref, map_related, start_cleanup,
     };
+    pub use crate::handler::{IndexPair, index_pairs};
     pub use inventory;
     pub use kube::api::DynamicObject;
     pub use serde_json;

@@ -4,6 +4,7 @@
 
 pub(crate) mod duration;
 pub(crate) mod filters;
+pub(crate) mod index;
 pub(crate) mod reconcile;
 pub(crate) mod values;
 

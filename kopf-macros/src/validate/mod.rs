@@ -24,6 +24,7 @@ mod cron;
 mod cron_fields;
 mod error;
 mod filters;
+pub(crate) mod index;
 mod kinds;
 mod reconcile;
 mod resource;

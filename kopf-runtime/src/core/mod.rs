@@ -17,6 +17,7 @@ pub(crate) mod erased;
 pub(crate) mod essence;
 pub(crate) mod filter;
 pub(crate) mod hash;
+pub(crate) mod index;
 pub(crate) mod keys;
 pub(crate) mod location;
 pub(crate) mod memo;

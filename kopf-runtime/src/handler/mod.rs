@@ -6,6 +6,7 @@ mod change;
 mod child_error;
 mod children;
 pub(crate) mod echoes;
+mod index;
 mod inject;
 mod live;
 mod memo;
@@ -21,6 +22,8 @@ pub use change::{FieldChange, Old, decode_probe};
 pub use child_error::ChildError;
 pub use children::Children;
 pub use echoes::{ChildWrites, Echoes};
+pub(crate) use index::ErasedIndex;
+pub use index::{Index, IndexDef, IndexPair, IndexRegistration, index_pairs};
 pub use inject::{
     BlockingSafe, Data, Inject, Occurrence, Retry, Runtime, Started, assert_blocking_safe,
 };

@@ -103,6 +103,13 @@ pub enum RegistryError {
         /// Why.
         reason: String,
     },
+    /// Two different indexes have the same name (`#[index] fn pods` in two modules): their
+    /// watches' health and logs would be confused.
+    #[error("two different indexes are named `{id}`; rename one of the `#[index]` functions")]
+    DuplicateIndex {
+        /// The name.
+        id: &'static str,
+    },
     /// A selected id belongs to no registered handler.
     #[error("no handler has the id `{id}` (registered: {known})")]
     UnknownId {

@@ -2,6 +2,7 @@
 //! `Options`. Starting the operator from them is in `start.rs`; the command line's options are
 //! merged in `args.rs`; the setters of leader election and sharding are in `builder/replicas.rs`.
 
+mod indexes;
 mod replicas;
 
 use std::any::Any;

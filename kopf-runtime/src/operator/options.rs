@@ -16,7 +16,7 @@ use super::transport::Deadlines;
 use crate::core::erased::{ErasedHandler, Services};
 use crate::core::resource::ResourceInfo;
 use crate::core::supervisor::BlockingPool;
-use crate::handler::Registry;
+use crate::handler::{IndexRegistration, Registry, RegistryError};
 use crate::operator::ha::election::LeaderElection;
 use crate::operator::ha::sharding::Sharding;
 
@@ -26,6 +26,8 @@ pub(crate) struct Options {
     pub(crate) kube_config: Option<kube::Config>,
     pub(crate) handlers: BTreeMap<ResourceInfo, Vec<Arc<dyn ErasedHandler>>>,
     pub(crate) from_inventory: bool,
+    /// Indexes given to the builder (with the inventory's, when handlers come from there).
+    pub(crate) indexes: Vec<IndexRegistration>,
     pub(crate) namespaces: Vec<String>,
     pub(crate) label_selector: Option<String>,
     pub(crate) services: Services,
@@ -89,6 +91,7 @@ impl Default for Options {
             kube_config: None,
             handlers: BTreeMap::new(),
             from_inventory: true,
+            indexes: Vec::new(),
             namespaces: Vec::new(),
             label_selector: None,
             services: Services::default(),
@@ -282,6 +285,30 @@ impl Options {
             })?;
         }
         Ok(handlers)
+    }
+
+    /// The indexes to keep: the ones given, and every `#[index]` of the binary when the
+    /// handlers come from the inventory; each once. Two different indexes of one name are an
+    /// error.
+    pub(crate) fn take_indexes(&mut self) -> Result<Vec<IndexRegistration>, OperatorError> {
+        let mut given = std::mem::take(&mut self.indexes);
+        if self.from_inventory {
+            given.extend(inventory::iter::<IndexRegistration>().copied());
+        }
+        let mut kept: Vec<IndexRegistration> = Vec::new();
+        for index in given {
+            match kept.iter().find(|k| k.id() == index.id()) {
+                Some(known) if known.same_index(&index) => {}
+                Some(_) => {
+                    let id = index.id();
+                    return Err(OperatorError::Registry(RegistryError::DuplicateIndex {
+                        id,
+                    }));
+                }
+                None => kept.push(index),
+            }
+        }
+        Ok(kept)
     }
 }
 

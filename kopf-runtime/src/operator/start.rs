@@ -28,7 +28,7 @@ use super::ha::fence::Fence;
 use super::handle::{KindHandle, Operator};
 use super::health::{Health, KindHealth};
 use super::identity::Identity;
-use super::kind::relations::{self, RelationHealth, Served};
+use super::kind::relations::{self, Indexed, RelationHealth, Served};
 use super::kind::watch::Selection;
 use super::kind::{self, KindState, Shared};
 use super::limits::RateLimiter;
@@ -73,6 +73,9 @@ impl OperatorBuilder {
             let _already_installed = init_logging_at(format, options.log_level);
         }
         let handlers = options.take_handlers()?;
+        let indexes: Vec<Indexed> = (options.take_indexes()?.iter())
+            .map(|index| (index.resource(), index.index()))
+            .collect();
         let lease_settings =
             (options.leader_election.as_ref()).or(options.sharding.as_ref().map(|s| &s.lease));
         if let Some(settings) = lease_settings {
@@ -87,7 +90,7 @@ impl OperatorBuilder {
             fence,
         );
         let planned = plan(&options, handlers);
-        let relations = plan_relations(&options, &planned);
+        let relations = plan_relations(&options, &planned, &indexes);
         let metrics = (options.metrics).then(|| {
             OperatorMetrics::new(
                 options.metrics_registry.take(),
@@ -104,9 +107,10 @@ impl OperatorBuilder {
         });
         let probe_stop = CancellationToken::new();
         let health_addr = serve_probes(&options, &health, &probe_stop).await?;
-        let shared = shared(&options, &identity, client, &replicas);
+        let shared = shared(&options, &identity, client, &replicas, &indexes);
         let server_timeout = options.watch_limits.server_timeout();
-        let (kinds, states, watches) = launch(&shared, planned, &relations, server_timeout);
+        let launching = (&relations, indexes.as_slice(), server_timeout);
+        let (kinds, states, watches) = launch(&shared, planned, launching);
         attach_metrics(
             metrics.as_ref(),
             (&kinds, &relations),
@@ -249,12 +253,12 @@ fn plan(
 }
 
 /// The health of the children's and related objects' watches the planned kinds' reconcile
-/// handlers need.
-fn plan_relations(options: &Options, planned: &[Planned]) -> RelationHealth {
+/// handlers need, and of the indexes' watches.
+fn plan_relations(options: &Options, planned: &[Planned], indexes: &[Indexed]) -> RelationHealth {
     let kinds: Vec<_> = (planned.iter())
         .map(|(info, handlers, _)| (info, handlers.as_slice()))
         .collect();
-    RelationHealth::plan(&kinds, &options.namespaces, options.watch_limits)
+    RelationHealth::plan(&kinds, indexes, &options.namespaces, options.watch_limits)
 }
 
 /// Serves the probes (and `/metrics`) if an address is set: the address bound.
@@ -277,12 +281,11 @@ async fn serve_probes(
 
 /// Launches every kind: the handles, the states (which follow the scope) and the watch tasks.
 /// With the kinds, the watches that wake their reconcile handlers (children and related
-/// objects; `server_timeout` bounds each watch request).
+/// objects) and those that feed the indexes; `server_timeout` bounds each watch request.
 fn launch(
     shared: &Shared,
     planned: Vec<Planned>,
-    relations: &RelationHealth,
-    server_timeout: u32,
+    (relations, indexes, server_timeout): (&RelationHealth, &[Indexed], u32),
 ) -> (Vec<KindHandle>, Vec<Arc<KindState>>, Vec<AbortHandle>) {
     let mut kinds = Vec::new();
     let mut states = Vec::new();
@@ -310,6 +313,7 @@ fn launch(
     watches.extend(relations::launch(
         shared,
         &served,
+        indexes,
         writes.echoes(),
         relations,
         server_timeout,
@@ -318,9 +322,18 @@ fn launch(
 }
 
 /// What every resource kind of the operator shares.
-fn shared(options: &Options, identity: &Identity, client: Client, replicas: &Replicas) -> Shared {
+fn shared(
+    options: &Options,
+    identity: &Identity,
+    client: Client,
+    replicas: &Replicas,
+    indexes: &[Indexed],
+) -> Shared {
     let writes = Arc::new(Semaphore::new(options.max_writes_in_flight));
     let mut services = options.services.clone();
+    for (_, index) in indexes {
+        index.insert_into(&mut services);
+    }
     services.insert(client.clone());
     services.insert(EventPoster::new(
         client.clone(),

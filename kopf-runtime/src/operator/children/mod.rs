@@ -23,18 +23,24 @@
 //! and a failing stream is down (not ready, then not alive). The callbacks are the narrow
 //! interface to the supervisor: they must not block (they only queue a trigger).
 //!
+//! The same folder holds the watch that feeds **indexes** ([`index`]): whole objects of an
+//! indexed kind, each version given to the kind's indexes and dropped, so only their pairs stay.
+//! An index needs every object of its kind, so its watch is not sharded either.
+//!
 //! Sharding: a child belongs to the member that serves its owner, but a child's own UID hashes
 //! to another shard, so the child watch is not sharded on the server: every member watches all
 //! the children (metadata only), and a trigger for an owner the member does not serve is a
 //! no-op. The same holds for leader election: a standby's triggers reach no running handler.
 
 mod cause;
+mod index;
 mod known;
 mod progress;
 mod related;
 mod watch;
 
 pub use cause::{ChildCause, NamedTrigger, OwnerTrigger, Via};
+pub(crate) use index::{IndexWatch, watch_indexes};
 pub(crate) use related::watch_related_reporting;
 pub use related::{RelatedMap, RelatedWatch, watch_related};
 pub(crate) use watch::watch_children_reporting;

@@ -1,13 +1,14 @@
 //! The watches that wake reconcile handlers from outside their own kind: one metadata-only
 //! watch per kind that some reconcile handler owns (its children), and one watch per kind a
-//! handler watches with a map (its related objects). Started with the kinds, stopped with
-//! their watches (`watch_stop`).
+//! handler watches with a map (its related objects); and one watch per indexed kind, which
+//! feeds its indexes. Started with the kinds, stopped with their watches (`watch_stop`).
 //!
 //! ```text
 //!  a child changed ──watch_children──▶ owner UID ──▶ Supervisor::trigger(uid, Child)
 //!                                                    on every kind owning that child kind
 //!  a related object changed ──watch_related──▶ map ──▶ (namespace, name)
 //!        ──▶ Supervisor::uid_of ──▶ Supervisor::trigger(uid, Related) on the watching kind
+//!  an indexed object changed ──watch_indexes──▶ every index of its kind (Index<I> reads it)
 //! ```
 //!
 //! Each watch reports to a health of its own kind and role (`configmaps.v1 (children)`,
@@ -34,10 +35,10 @@ use crate::core::erased::ErasedHandler;
 use crate::core::reconcile::kinds::{Related, Trigger};
 use crate::core::resource::ResourceInfo;
 use crate::core::supervisor::Supervisor;
-use crate::handler::Echoes;
+use crate::handler::{Echoes, ErasedIndex};
 use crate::operator::children::{
-    ChildCause, ChildWatch, NamedTrigger, OwnerKind, OwnerTrigger, RelatedMap, RelatedWatch,
-    watch_children_reporting, watch_related_reporting,
+    ChildCause, ChildWatch, IndexWatch, NamedTrigger, OwnerKind, OwnerTrigger, RelatedMap,
+    RelatedWatch, watch_children_reporting, watch_indexes, watch_related_reporting,
 };
 use crate::operator::health::KindHealth;
 use crate::operator::health::pulse::WatchLimits;
@@ -51,6 +52,8 @@ pub(crate) enum Role {
     Children,
     /// Related objects (`watches(..)`).
     Related,
+    /// The objects of an indexed kind (`#[index]`).
+    Index,
 }
 
 impl Role {
@@ -59,6 +62,7 @@ impl Role {
         match self {
             Self::Children => "children",
             Self::Related => "related",
+            Self::Index => "index",
         }
     }
 }
@@ -72,10 +76,11 @@ pub(crate) struct RelationHealth {
 }
 
 impl RelationHealth {
-    /// The watches `kinds` (each with its handlers) need, the operator limited to `namespaces`
-    /// (empty: all), judged by `limits`.
+    /// The watches `kinds` (each with its handlers) and the kinds of `indexes` need, the
+    /// operator limited to `namespaces` (empty: all), judged by `limits`.
     pub(crate) fn plan(
         kinds: &[(&ResourceInfo, &[Arc<dyn ErasedHandler>])],
+        indexes: &[Indexed],
         namespaces: &[String],
         limits: WatchLimits,
     ) -> Self {
@@ -93,6 +98,14 @@ impl RelationHealth {
             let info = (related.kind)();
             let n = namespaces_of(namespaces, &info).len();
             *streams.entry((Role::Related, info)).or_default() += n;
+        }
+        for info in indexes
+            .iter()
+            .map(|(info, _)| info)
+            .collect::<BTreeSet<_>>()
+        {
+            let n = namespaces_of(namespaces, info).len();
+            streams.insert((Role::Index, info.clone()), n);
         }
         let watches = (streams.into_iter())
             .map(|((role, info), n)| {
@@ -124,16 +137,21 @@ pub(crate) struct Served<'a> {
     pub(crate) handlers: &'a [Arc<dyn ErasedHandler>],
 }
 
+/// An index the operator keeps, with the kind it is made of.
+pub(crate) type Indexed = (ResourceInfo, Arc<dyn ErasedIndex>);
+
 /// Starts the children's and related objects' watches of every served kind's reconcile
-/// handlers; `server_timeout` bounds each watch request. Returns their tasks.
+/// handlers, and one watch per indexed kind feeding its indexes; `server_timeout` bounds each
+/// watch request. Returns their tasks.
 pub(crate) fn launch(
     shared: &Shared,
     served: &[Served<'_>],
+    indexes: &[Indexed],
     echoes: &Arc<Echoes>,
     healths: &RelationHealth,
     server_timeout: u32,
 ) -> Vec<AbortHandle> {
-    let mut tasks = Vec::new();
+    let mut tasks = launch_indexes(shared, indexes, healths, server_timeout);
     for (child, owners) in owned_kinds(served) {
         let kinds = owners.iter().map(|s| owner_kind(s.0)).collect();
         let supervisors: Vec<Supervisor> = owners.into_iter().map(|s| s.1).collect();
@@ -267,6 +285,43 @@ fn launch_related(
         .collect()
 }
 
+/// One watch stream per indexed kind and namespace, feeding every index of that kind. Not
+/// sharded: an index holds every object of its kind, whichever member serves it.
+fn launch_indexes(
+    shared: &Shared,
+    indexes: &[Indexed],
+    healths: &RelationHealth,
+    server_timeout: u32,
+) -> Vec<AbortHandle> {
+    let mut by_kind: BTreeMap<&ResourceInfo, Vec<Arc<dyn ErasedIndex>>> = BTreeMap::new();
+    for (info, index) in indexes {
+        by_kind.entry(info).or_default().push(index.clone());
+    }
+    let mut tasks = Vec::new();
+    for (info, indexes) in by_kind {
+        let health = healths.of(Role::Index, info);
+        let namespaces = namespaces(shared, info);
+        for index in &indexes {
+            index.expect_lists(namespaces.len());
+        }
+        for namespace in namespaces {
+            let watch = IndexWatch {
+                resource: api_resource(info),
+                namespace,
+                indexes: indexes.clone(),
+                server_timeout,
+            };
+            let (client, stop) = (shared.client.clone(), shared.watch_stop.clone());
+            let reporting = health.clone();
+            let task = async move {
+                watch_indexes(client, watch, &reporting, stop).await;
+            };
+            tasks.push(spawn(shared, info, &health, task));
+        }
+    }
+    tasks
+}
+
 /// The namespaces to watch a kind in: each selected one for a namespaced kind, else all.
 fn namespaces(shared: &Shared, info: &ResourceInfo) -> Vec<Option<String>> {
     namespaces_of(&shared.selection.namespaces, info)
@@ -380,7 +435,7 @@ mod tests {
         );
         let kinds = [(&apps, web.as_slice()), (&dbs, db.as_slice())];
         let selected = ["a".to_owned(), "b".to_owned()];
-        let plan = RelationHealth::plan(&kinds, &selected, WatchLimits::default());
+        let plan = RelationHealth::plan(&kinds, &[], &selected, WatchLimits::default());
         let planned: Vec<_> = (plan.watches())
             .map(|(info, role, health)| (info.plural.to_string(), role, streams(health)))
             .collect();
@@ -400,7 +455,7 @@ mod tests {
             "configmaps.v1 (children)"
         );
 
-        let everywhere = RelationHealth::plan(&kinds, &[], WatchLimits::default());
+        let everywhere = RelationHealth::plan(&kinds, &[], &[], WatchLimits::default());
         let counts: Vec<_> = (everywhere.watches())
             .map(|(_, _, health)| streams(health))
             .collect();

@@ -1,0 +1,11 @@
+#![allow(unused)]
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+use kopf_runtime::index;
+
+#[index]
+fn pods_by_node(pod: &Pod) -> Option<(String, String)> { None }
+
+fn main() {}
