@@ -133,7 +133,12 @@
 //!
 //! - **Attributes**: [`daemon`], [`timer`], the change handlers [`on_create`],
 //!   [`on_update`], [`on_delete`] and [`on_resume`], and [`reconcile`]; [`index`] for an
-//!   index of a kind's objects ([`IndexDef`] is what it implements).
+//!   index of a kind's objects ([`IndexDef`] is what it implements); [`validate`] and
+//!   [`mutate`] for admission handlers.
+//! - **Admission**: what admission handlers take and return — [`Review`] with its
+//!   [`Operation`], [`Rejection`], [`Warnings`], [`AdmissionReturn`]; the [`admission`] module
+//!   has the rest (the registration and the request the server dispatches); with the `webhook`
+//!   feature, [`Webhooks`], the server's settings, and [`WebhookError`].
 //! - **Injectable parameters**: [`Stopper`] with its [`StopReason`]; [`Patch`] (its writes fail
 //!   with a [`PatchError`]); [`Live`], [`Data`], [`Memo`], [`Events`] (failing with an
 //!   [`EventError`]), [`ObjectRef`], [`Retry`], [`Started`], [`Runtime`], a cron timer's
@@ -170,7 +175,7 @@
 //! - [Quick start], [daemons], [timers], [reconcile handlers][reconcile], [handlers]
 //!   (signatures, injectable parameters, every option), [filters], [patches and
 //!   results][patches], [errors and retries][errors], [finalizers and deletion][finalizers],
-//!   [shutdown], [events and logging][events-and-logging].
+//!   [shutdown], [events and logging][events-and-logging], [admission webhooks][webhooks].
 //! - [Testing your operator][testing], [deploying] (RBAC, probes), [operations],
 //!   [reliability] (what happens when the API server misbehaves), [high availability]
 //!   (several replicas, leader election, fencing).
@@ -188,6 +193,7 @@
 //! [finalizers]: https://github.com/kopf-rs/kopf-rs/blob/main/docs/finalizers.md
 //! [shutdown]: https://github.com/kopf-rs/kopf-rs/blob/main/docs/shutdown.md
 //! [events-and-logging]: https://github.com/kopf-rs/kopf-rs/blob/main/docs/events-and-logging.md
+//! [webhooks]: https://github.com/kopf-rs/kopf-rs/blob/main/docs/webhooks.md
 //! [testing]: https://github.com/kopf-rs/kopf-rs/blob/main/docs/testing.md
 //! [deploying]: https://github.com/kopf-rs/kopf-rs/blob/main/docs/deploying.md
 //! [operations]: https://github.com/kopf-rs/kopf-rs/blob/main/docs/operations.md
@@ -199,6 +205,7 @@
 #![forbid(unsafe_code)]
 
 mod core;
+pub use crate::handler::admission;
 pub mod engine;
 pub mod ha;
 mod handler;
@@ -214,6 +221,7 @@ pub use crate::core::reconcile::action::Action;
 pub use crate::core::resource::ResourceInfo;
 pub use crate::core::sink::PatchError;
 pub use crate::core::stop::{StopReason, Stopper};
+pub use crate::handler::admission::{AdmissionReturn, Operation, Rejection, Review, Warnings};
 pub use crate::handler::{
     BlockingSafe, Data, FieldChange, Inject, Live, Memo, Occurrence, Old, Patch, Registry,
     RegistryError, Retry, Runtime, SchemalessStatus, ScopeKind, Started, StaticResource,
@@ -224,8 +232,10 @@ pub use crate::operator::OperatorArgs;
 pub use crate::operator::{EventError, Events, Operator, OperatorBuilder, OperatorError};
 #[cfg(feature = "logging")]
 pub use crate::operator::{LogFormat, LoggingError, init_logging};
+#[cfg(feature = "webhook")]
+pub use crate::operator::{WebhookError, Webhooks};
 pub use kopf_macros::{
-    daemon, index, on_create, on_delete, on_resume, on_update, reconcile, timer,
+    daemon, index, mutate, on_create, on_delete, on_resume, on_update, reconcile, timer, validate,
 };
 /// The official Prometheus client, whose registry the operator's `/metrics` serves: register
 /// your own metrics into a [`Registry`](prometheus_client::registry::Registry) and give it to
@@ -281,6 +291,11 @@ pub mod __private {
         TimerKind, assert_blocking_safe, decode_probe, kind_ref, map_related, start_cleanup,
     };
     pub use crate::handler::{IndexPair, index_pairs};
+
+    /// What `#[validate]` and `#[mutate]` generate code against.
+    pub mod admission {
+        pub use crate::handler::admission::{mutated, snapshot, validated};
+    }
     pub use inventory;
     pub use kube::api::DynamicObject;
     pub use serde_json;

@@ -2,6 +2,7 @@
 //! user's function into an [`ErasedHandler`](crate::engine::ErasedHandler) (injecting parameters
 //! by type, converting return values), and collects all handlers of the binary at start-up.
 
+pub mod admission;
 mod change;
 mod child_error;
 mod children;
