@@ -7,7 +7,7 @@ use quote::{ToTokens, quote};
 use syn::ItemFn;
 
 use crate::kind::Kind;
-use crate::model::HandlerModel;
+use crate::model::{AdmissionKind, HandlerModel};
 use crate::{args, codegen, signature, validate};
 
 /// Parses and validates; every error of the attribute and the signature together.
@@ -82,6 +82,38 @@ pub(crate) fn expand_index(args: TokenStream, item: TokenStream) -> TokenStream 
     out.extend(func.to_token_stream());
     match validate::index::index(args, &func) {
         Ok(model) => out.extend(codegen::index::generate(&model)),
+        Err(errors) => out.extend(errors.write_errors()),
+    }
+    out
+}
+
+/// The whole expansion of `#[validate(args)]` / `#[mutate(args)]` on `item`: the function
+/// unchanged, then its registration, or every error.
+pub(crate) fn expand_admission(
+    kind: AdmissionKind,
+    args: TokenStream,
+    item: TokenStream,
+) -> TokenStream {
+    let attr = match kind {
+        AdmissionKind::Validate => "#[validate]",
+        AdmissionKind::Mutate => "#[mutate]",
+    };
+    let func: ItemFn = match syn::parse2(item.clone()) {
+        Ok(func) => func,
+        Err(_) => {
+            let error = syn::Error::new(
+                Span::call_site(),
+                format!("{attr} goes on a function (`fn`)"),
+            );
+            let mut out = item;
+            out.extend(error.to_compile_error());
+            return out;
+        }
+    };
+    let mut out = quote!(#[allow(clippy::needless_pass_by_value)]);
+    out.extend(func.to_token_stream());
+    match validate::admission::admission(kind, args, &func) {
+        Ok(model) => out.extend(codegen::admission::generate(&model)),
         Err(errors) => out.extend(errors.write_errors()),
     }
     out

@@ -44,6 +44,7 @@ mod validate;
 use proc_macro::TokenStream;
 
 use crate::kind::Kind;
+use crate::model::AdmissionKind;
 
 #[doc = include_str!("docs/daemon.md")]
 #[doc = include_str!("docs/options.md")]
@@ -120,4 +121,16 @@ pub fn index(args: TokenStream, item: TokenStream) -> TokenStream {
 #[proc_macro_attribute]
 pub fn reconcile(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::expand(Kind::Reconcile, args.into(), item.into()).into()
+}
+
+#[doc = include_str!("docs/validate.md")]
+#[proc_macro_attribute]
+pub fn validate(args: TokenStream, item: TokenStream) -> TokenStream {
+    expand::expand_admission(AdmissionKind::Validate, args.into(), item.into()).into()
+}
+
+#[doc = include_str!("docs/mutate.md")]
+#[proc_macro_attribute]
+pub fn mutate(args: TokenStream, item: TokenStream) -> TokenStream {
+    expand::expand_admission(AdmissionKind::Mutate, args.into(), item.into()).into()
 }

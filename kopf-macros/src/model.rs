@@ -187,3 +187,52 @@ pub(crate) struct IndexModel {
     /// The return type: a collection of `(key, value)` pairs.
     pub(crate) pairs: syn::Type,
 }
+
+/// Which attribute made an admission handler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AdmissionKind {
+    /// `#[validate]`
+    Validate,
+    /// `#[mutate]`
+    Mutate,
+}
+
+/// How an admission handler takes one of its parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AdmissionParam {
+    /// `Arc<K>`: the object (validating handlers).
+    Arc,
+    /// `&K`: the object (validating handlers).
+    Ref,
+    /// `&mut K`: the object to change (mutating handlers).
+    RefMut,
+    /// `Review<K>`: the operation, the old object, the user, the dry-run flag.
+    Review,
+}
+
+/// A checked `#[validate]` or `#[mutate]` function.
+#[derive(Debug, Clone)]
+pub(crate) struct AdmissionModel {
+    /// The path of kopf-runtime in the generated code.
+    pub(crate) krate: syn::Path,
+    /// Validating or mutating.
+    pub(crate) kind: AdmissionKind,
+    /// The function's name.
+    pub(crate) name: syn::Ident,
+    /// The handler's id (its path on the webhook server, its webhook's name).
+    pub(crate) id: String,
+    /// `K`: the object's type.
+    pub(crate) resource: syn::Type,
+    /// The parameters, in order.
+    pub(crate) params: Vec<AdmissionParam>,
+    /// Whether the function is `async`.
+    pub(crate) is_async: bool,
+    /// The return type, where a wrong one is reported (`None`: `()`).
+    pub(crate) output: Option<syn::Type>,
+    /// `Create`, `Update`, `Delete`: the variants of `Operation`.
+    pub(crate) operations: Vec<syn::Ident>,
+    /// Whether the API server admits what the handler cannot answer (failure policy `Ignore`).
+    pub(crate) ignore_failures: bool,
+    /// The time to answer, in whole seconds (1–30).
+    pub(crate) timeout_seconds: u8,
+}

@@ -2,6 +2,7 @@
 //! its own (a duration, a path, a literal); which options a kind of handler takes and how they
 //! combine is the business of [`crate::validate`]. Imports nothing outside this folder.
 
+pub(crate) mod admission;
 pub(crate) mod duration;
 pub(crate) mod filters;
 pub(crate) mod index;

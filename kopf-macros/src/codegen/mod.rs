@@ -2,6 +2,7 @@
 //! see was reported by the earlier stages; type errors are left to rustc, with the generated
 //! checks spanned on the user's tokens.
 
+pub(crate) mod admission;
 pub(crate) mod index;
 mod invoke;
 mod span;

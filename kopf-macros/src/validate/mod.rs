@@ -18,6 +18,7 @@
 //! It reads the parsed stage ([`crate::args`], [`crate::signature`]) and writes
 //! [`crate::model`]; none of them imports it.
 
+pub(crate) mod admission;
 mod change;
 mod common;
 mod cron;
