@@ -4,6 +4,8 @@
 
 mod indexes;
 mod replicas;
+#[cfg(feature = "webhook")]
+mod webhooks;
 
 use std::any::Any;
 use std::sync::Arc;

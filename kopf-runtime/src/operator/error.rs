@@ -103,6 +103,11 @@ pub enum OperatorError {
         /// The API server's URL from the configuration.
         cluster_url: String,
     },
+    /// The admission webhook server cannot start: its certificates, its configurations or its
+    /// port.
+    #[cfg(feature = "webhook")]
+    #[error("cannot start the admission webhook server")]
+    Webhook(#[source] super::webhook::WebhookError),
     /// The signal handlers cannot be installed.
     #[error("cannot listen for SIGINT/SIGTERM")]
     Signal(#[source] std::io::Error),

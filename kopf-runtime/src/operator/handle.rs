@@ -50,6 +50,8 @@ pub struct Operator {
     pub(crate) probe_stop: CancellationToken,
     pub(crate) watches: Vec<AbortHandle>,
     pub(crate) health_addr: Option<SocketAddr>,
+    /// Where the admission webhook server listens (`None`: no server).
+    pub(crate) webhook_addr: Option<SocketAddr>,
     pub(crate) shutdown_timeout: Duration,
     /// What `/metrics` serves (`None`: metrics are off).
     pub(crate) metrics: Option<Arc<prometheus_client::registry::Registry>>,
@@ -128,6 +130,21 @@ impl Operator {
     #[cfg(feature = "server")]
     pub fn health_addr(&self) -> Option<SocketAddr> {
         self.health_addr
+    }
+
+    /// Where the admission webhook server listens, if there is one
+    /// ([`OperatorBuilder::webhooks`](crate::OperatorBuilder::webhooks)).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), kopf_runtime::OperatorError> {
+    /// let operator = kopf_runtime::Operator::builder().start().await?;
+    /// assert_eq!(operator.webhook_addr(), None, "no webhooks were configured");
+    /// # Ok(()) }
+    /// # let _ = demo;
+    /// ```
+    #[must_use]
+    pub fn webhook_addr(&self) -> Option<SocketAddr> {
+        self.webhook_addr
     }
 
     /// The registry of the operator's metrics (and yours, see

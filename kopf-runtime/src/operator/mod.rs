@@ -27,6 +27,8 @@ mod signals;
 mod start;
 mod transport;
 mod watched;
+#[cfg(feature = "webhook")]
+mod webhook;
 mod write;
 
 #[cfg(feature = "cli")]
@@ -44,3 +46,5 @@ pub use health::WatchPhase;
 pub use limits::RequestStats;
 #[cfg(feature = "logging")]
 pub use logging::{LogFormat, LoggingError, init_logging};
+#[cfg(feature = "webhook")]
+pub use webhook::{WebhookError, Webhooks};

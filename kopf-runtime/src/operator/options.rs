@@ -16,6 +16,7 @@ use super::transport::Deadlines;
 use crate::core::erased::{ErasedHandler, Services};
 use crate::core::resource::ResourceInfo;
 use crate::core::supervisor::BlockingPool;
+use crate::handler::admission::WebhookRegistration;
 use crate::handler::{IndexRegistration, Registry, RegistryError};
 use crate::operator::ha::election::LeaderElection;
 use crate::operator::ha::sharding::Sharding;
@@ -28,6 +29,9 @@ pub(crate) struct Options {
     pub(crate) from_inventory: bool,
     /// Indexes given to the builder (with the inventory's, when handlers come from there).
     pub(crate) indexes: Vec<IndexRegistration>,
+    /// The admission webhook server's settings (`None`: no server).
+    #[cfg(feature = "webhook")]
+    pub(crate) webhooks: Option<crate::operator::webhook::Webhooks>,
     pub(crate) namespaces: Vec<String>,
     pub(crate) label_selector: Option<String>,
     pub(crate) services: Services,
@@ -92,6 +96,8 @@ impl Default for Options {
             handlers: BTreeMap::new(),
             from_inventory: true,
             indexes: Vec::new(),
+            #[cfg(feature = "webhook")]
+            webhooks: None,
             namespaces: Vec::new(),
             label_selector: None,
             services: Services::default(),
@@ -273,7 +279,9 @@ impl Options {
             handlers = registry.by_resource();
         }
         handlers.retain(|_, hs| !hs.is_empty());
-        if handlers.is_empty() {
+        let admission =
+            self.from_inventory && inventory::iter::<WebhookRegistration>().next().is_some();
+        if handlers.is_empty() && !admission {
             return Err(OperatorError::NoHandlers);
         }
         for (resource, list) in &handlers {
@@ -285,6 +293,42 @@ impl Options {
             })?;
         }
         Ok(handlers)
+    }
+
+    /// The admission handlers to serve: those [`Webhooks::handlers`] names, else every
+    /// `#[validate]` and `#[mutate]` of the binary when the handlers come from the inventory.
+    /// Having some without a webhook server is an error: nothing would call them.
+    ///
+    /// [`Webhooks::handlers`]: crate::operator::webhook::Webhooks::handlers
+    pub(crate) fn take_admission(&self) -> Result<Vec<WebhookRegistration>, OperatorError> {
+        #[cfg(feature = "webhook")]
+        if let Some(ids) = self.webhooks.as_ref().and_then(|w| w.selected()) {
+            return select_admission(ids);
+        }
+        let mut given = Vec::new();
+        if self.from_inventory {
+            given.extend(inventory::iter::<WebhookRegistration>().copied());
+        }
+        #[cfg(feature = "webhook")]
+        let served = self.webhooks.is_some();
+        #[cfg(not(feature = "webhook"))]
+        let served = false;
+        if !given.is_empty() && !served {
+            let ids: Vec<&str> = given.iter().map(WebhookRegistration::id).collect();
+            let how = if cfg!(feature = "webhook") {
+                "give the builder `.webhooks(Webhooks::service(..))` (or `Webhooks::url(..)`)"
+            } else {
+                "build kopf-runtime with the `webhook` feature and give the builder `.webhooks(..)`"
+            };
+            return Err(OperatorError::InvalidOption {
+                option: "webhooks",
+                reason: format!(
+                    "admission handlers {ids:?} are registered, but there is no webhook server \
+                     to call them: {how}"
+                ),
+            });
+        }
+        Ok(given)
     }
 
     /// The indexes to keep: the ones given, and every `#[index]` of the binary when the
@@ -310,6 +354,28 @@ impl Options {
         }
         Ok(kept)
     }
+}
+
+/// The inventory's admission handlers named `ids`; an unknown id is an error naming the known
+/// ones.
+#[cfg(feature = "webhook")]
+fn select_admission(ids: &[String]) -> Result<Vec<WebhookRegistration>, OperatorError> {
+    let known: Vec<WebhookRegistration> =
+        inventory::iter::<WebhookRegistration>().copied().collect();
+    let mut selected: Vec<WebhookRegistration> = Vec::new();
+    for id in ids {
+        let Some(found) = known.iter().find(|h| h.id() == id) else {
+            let names: Vec<&str> = known.iter().map(WebhookRegistration::id).collect();
+            return Err(OperatorError::InvalidOption {
+                option: "webhooks",
+                reason: format!("no admission handler is named `{id}`; there are {names:?}"),
+            });
+        };
+        if !selected.iter().any(|h| h.id() == found.id()) {
+            selected.push(*found);
+        }
+    }
+    Ok(selected)
 }
 
 #[cfg(test)]

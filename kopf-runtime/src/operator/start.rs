@@ -73,6 +73,7 @@ impl OperatorBuilder {
             let _already_installed = init_logging_at(format, options.log_level);
         }
         let handlers = options.take_handlers()?;
+        let admission = options.take_admission()?;
         let indexes: Vec<Indexed> = (options.take_indexes()?.iter())
             .map(|index| (index.resource(), index.index()))
             .collect();
@@ -107,6 +108,8 @@ impl OperatorBuilder {
         });
         let probe_stop = CancellationToken::new();
         let health_addr = serve_probes(&options, &health, &probe_stop).await?;
+        let webhook_addr =
+            serve_webhooks(&options, &identity, &client, &admission, &probe_stop).await?;
         let shared = shared(&options, &identity, client, &replicas, &indexes);
         let server_timeout = options.watch_limits.server_timeout();
         let launching = (&relations, indexes.as_slice(), server_timeout);
@@ -132,6 +135,7 @@ impl OperatorBuilder {
             probe_stop,
             watches,
             health_addr,
+            webhook_addr,
             shutdown_timeout: options.shutdown_timeout,
             metrics: metrics.map(|m| m.registry()),
             released: false,
@@ -276,6 +280,32 @@ async fn serve_probes(
     }
     #[cfg(not(feature = "server"))]
     let _unused = (options, health, stop);
+    Ok(None)
+}
+
+/// Starts the admission webhook server, if it is configured (every replica serves).
+async fn serve_webhooks(
+    options: &Options,
+    identity: &Identity,
+    client: &Client,
+    admission: &[crate::handler::admission::WebhookRegistration],
+    stop: &CancellationToken,
+) -> Result<Option<SocketAddr>, OperatorError> {
+    #[cfg(feature = "webhook")]
+    if let Some(settings) = &options.webhooks {
+        let context = super::webhook::Context {
+            client: client.clone(),
+            operator: &identity.name,
+            field_manager: &identity.field_manager,
+            namespaces: &options.namespaces,
+        };
+        return super::webhook::start(settings, admission, context, stop)
+            .await
+            .map(Some)
+            .map_err(OperatorError::Webhook);
+    }
+    #[cfg(not(feature = "webhook"))]
+    let _unused = (options, identity, client, admission, stop);
     Ok(None)
 }
 

@@ -1,0 +1,170 @@
+//! The admission webhook server: every `#[validate]` and `#[mutate]` handler served over TLS,
+//! with the certificates and the webhook configurations the operator keeps itself (or yours).
+//!
+//! ```text
+//!  Webhooks (the builder's) ──► certificates: a CA shared in a Secret ─► a serving cert each
+//!       │                                  or files (reloaded)           replica (renewed)
+//!       ├──► configurations (caBundle, rules, paths) ──► server-side apply (unless yours)
+//!       └──► the server (TLS, limits) ──► review ──► handler ──► verdict ──► AdmissionReview
+//! ```
+//!
+//! Every replica serves (standbys and sharding members too): reviews are stateless, so a
+//! rollout or a crash never leaves admission without a server while one replica runs.
+
+mod certs;
+mod config;
+mod error;
+mod review;
+mod server;
+mod settings;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::handler::admission::WebhookRegistration;
+use certs::Authority;
+pub use error::WebhookError;
+use server::CurrentTls;
+pub use settings::Webhooks;
+use settings::{Address, Certificates, url_host_port};
+
+/// What the operator knows when it starts the server.
+pub(crate) struct Context<'a> {
+    pub(crate) client: kube::Client,
+    pub(crate) operator: &'a str,
+    pub(crate) field_manager: &'a str,
+    pub(crate) namespaces: &'a [String],
+}
+
+/// The handlers by path; two of one id are an error.
+fn by_path(
+    handlers: &[WebhookRegistration],
+) -> Result<HashMap<String, WebhookRegistration>, WebhookError> {
+    let mut paths = HashMap::new();
+    for handler in handlers {
+        let name = config::webhook_name(handler.id(), "");
+        let clash = paths
+            .values()
+            .any(|known: &WebhookRegistration| config::webhook_name(known.id(), "") == name);
+        if clash {
+            return Err(WebhookError::DuplicateId(handler.id().to_owned()));
+        }
+        paths.insert(handler.path(), *handler);
+    }
+    Ok(paths)
+}
+
+/// Starts the server (and keeps its certificate current) until `stop`; applies the
+/// configurations unless they are the user's. Returns the bound address.
+///
+/// # Cancellation safety
+/// Not cancel safe: a dropped future may leave the server listening until `stop`.
+pub(crate) async fn start(
+    settings: &Webhooks,
+    handlers: &[WebhookRegistration],
+    context: Context<'_>,
+    stop: &CancellationToken,
+) -> Result<SocketAddr, WebhookError> {
+    if let Address::Url(url) = &settings.address {
+        url_host_port(url).ok_or_else(|| WebhookError::Url(url.clone()))?;
+    }
+    let paths = Arc::new(by_path(handlers)?);
+    let (tls, ca_bundle) = match &settings.certificates {
+        Certificates::SelfSigned(_) => {
+            let secret = settings.ca_secret_of(context.operator);
+            let ca = Authority::shared(
+                context.client.clone(),
+                (&secret.0, &secret.1),
+                context.operator,
+            )
+            .await?;
+            let names = settings.serving_names();
+            let tls = CurrentTls::new(ca.serve(&names)?);
+            let bundle = ca.ca_pem.clone();
+            tokio::spawn(renew(ca, names, tls.clone(), stop.clone()));
+            (tls, bundle)
+        }
+        Certificates::Files(dir) => {
+            let (config, bundle) = certs::from_files(dir)?;
+            let tls = CurrentTls::new(config);
+            tokio::spawn(reload(dir.clone(), tls.clone(), stop.clone()));
+            (tls, bundle)
+        }
+    };
+    let app = review::router(paths);
+    let addr = settings.listen;
+    let bound = (server::serve(addr, app, tls, stop.clone()).await)
+        .map_err(|source| WebhookError::Listen { addr, source })?;
+    if settings.manage_configuration {
+        let common = config::Common {
+            name: context.operator,
+            address: &settings.address,
+            ca_bundle: &ca_bundle,
+            namespaces: context.namespaces,
+        };
+        let configurations = config::configurations(&common, handlers);
+        config::apply(context.client, context.field_manager, configurations).await?;
+    }
+    tracing::info!(addr = %bound, handlers = handlers.len(), "the webhook server has started");
+    Ok(bound)
+}
+
+/// Issues a new serving certificate from the CA every [`certs::SERVING_RENEWAL`].
+async fn renew(ca: Authority, names: Vec<String>, tls: CurrentTls, stop: CancellationToken) {
+    loop {
+        let wait = tokio::time::sleep(certs::SERVING_RENEWAL);
+        if stop.run_until_cancelled(wait).await.is_none() {
+            return;
+        }
+        match ca.serve(&names) {
+            Ok(config) => {
+                tls.replace(config);
+                tracing::info!("the webhook server's certificate was renewed");
+            }
+            Err(e) => tracing::error!(error = %e, "cannot renew the webhook server's certificate"),
+        }
+    }
+}
+
+/// How often the certificate files are checked for a change.
+const FILES_POLL: Duration = Duration::from_secs(10);
+
+/// Reloads the certificate files when they change (a broken change keeps the last good ones).
+async fn reload(dir: PathBuf, tls: CurrentTls, stop: CancellationToken) {
+    let stamp = |dir: &PathBuf| {
+        ["tls.crt", "tls.key"].map(|f| {
+            std::fs::metadata(dir.join(f))
+                .and_then(|m| m.modified())
+                .ok()
+        })
+    };
+    let mut seen = stamp(&dir);
+    loop {
+        let wait = tokio::time::sleep(FILES_POLL);
+        if stop.run_until_cancelled(wait).await.is_none() {
+            return;
+        }
+        let now = stamp(&dir);
+        if now == seen {
+            continue;
+        }
+        seen = now;
+        match certs::from_files(&dir) {
+            Ok((config, _)) => {
+                tls.replace(config);
+                tracing::info!(dir = %dir.display(), "the webhook server's certificate was reloaded");
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "the changed webhook certificate files are unusable; still serving the last good ones")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
