@@ -1,0 +1,11 @@
+#![allow(unused)]
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kopf_runtime::{Rejection, mutate, validate};
+
+#[validate]
+fn check(map: &ConfigMap, retries: u32) {}
+
+fn main() {}

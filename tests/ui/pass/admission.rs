@@ -1,0 +1,42 @@
+//! `#[validate]` and `#[mutate]`: the parameters and return types they take, and their
+//! registrations.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kopf_runtime::admission::{WebhookKind, WebhookRegistration};
+use kopf_runtime::{Operation, Rejection, Review, Warnings, mutate, validate};
+
+#[validate]
+fn plain(_map: &ConfigMap) {}
+
+#[validate(id = "with-review", operations(create, update, delete), timeout = "3s")]
+async fn with_review(map: Arc<ConfigMap>, review: Review<ConfigMap>) -> Result<(), Rejection> {
+    if review.operation == Operation::Delete && map.data.is_some() {
+        return Err(Rejection::new("not while it has data"));
+    }
+    Ok(())
+}
+
+#[validate(failure_policy = "ignore")]
+fn warns(review: Review<Pod>, _pod: &Pod) -> Result<Warnings, Rejection> {
+    Ok(Warnings::from_iter([format!("{} pod", review.operation)]))
+}
+
+#[mutate]
+async fn label(map: &mut ConfigMap) -> Warnings {
+    map.metadata.labels.get_or_insert_default().insert("a".into(), "b".into());
+    Warnings::default()
+}
+
+fn main() {
+    let all: Vec<&WebhookRegistration> = kopf_runtime::__private::inventory::iter::<WebhookRegistration>().collect();
+    let find = |id: &str| all.iter().find(|r| r.id() == id).copied().expect(id);
+    assert_eq!(find("plain").operations(), [Operation::Create, Operation::Update]);
+    assert_eq!(find("with-review").timeout().as_secs(), 3);
+    assert_eq!(find("with-review").path(), "/validate/with-review");
+    assert!(find("warns").ignores_failures());
+    assert_eq!(find("warns").resource().plural, "pods");
+    assert_eq!(find("label").kind(), WebhookKind::Mutating);
+    assert!(!find("label").ignores_failures());
+}
