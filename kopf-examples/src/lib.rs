@@ -43,6 +43,7 @@ pub mod docs {
         Reconcile => "docs/reconcile.md",
         Children => "docs/children.md",
         Indexes => "docs/indexes.md",
+        Webhooks => "docs/webhooks.md",
         ComingFromKubeRs => "docs/coming-from-kube-rs.md",
     }
 }
