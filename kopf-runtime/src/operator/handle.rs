@@ -50,13 +50,37 @@ pub struct Operator {
     pub(crate) probe_stop: CancellationToken,
     pub(crate) watches: Vec<AbortHandle>,
     pub(crate) health_addr: Option<SocketAddr>,
-    /// Where the admission webhook server listens (`None`: no server).
-    pub(crate) webhook_addr: Option<SocketAddr>,
+    /// The admission webhook server (`None`: none).
+    pub(crate) webhook: Option<Webhook>,
     pub(crate) shutdown_timeout: Duration,
     /// What `/metrics` serves (`None`: metrics are off).
     pub(crate) metrics: Option<Arc<prometheus_client::registry::Registry>>,
     /// Shut down, or detached: dropping the handle leaves the operator as it is.
     pub(crate) released: bool,
+}
+
+/// The running admission webhook server: where it listens, and its open connections.
+#[derive(Debug)]
+pub(crate) struct Webhook {
+    pub(crate) addr: SocketAddr,
+    #[cfg(feature = "webhook")]
+    pub(crate) drain: super::webhook::Drain,
+}
+
+impl Webhook {
+    /// How long a stopping server may take to close its connections: the quiet time and the
+    /// header-read timeout, and slack.
+    #[cfg(feature = "webhook")]
+    const DRAIN: Duration = Duration::from_secs(8);
+
+    /// Waits for the stopping server's connections to close (each after its next answer).
+    ///
+    /// # Cancellation safety
+    /// Cancel safe: it only waits.
+    async fn drained(&self) {
+        #[cfg(feature = "webhook")]
+        self.drain.wait(Self::DRAIN).await;
+    }
 }
 
 impl std::fmt::Debug for Operator {
@@ -144,7 +168,7 @@ impl Operator {
     /// ```
     #[must_use]
     pub fn webhook_addr(&self) -> Option<SocketAddr> {
-        self.webhook_addr
+        self.webhook.as_ref().map(|w| w.addr)
     }
 
     /// The registry of the operator's metrics (and yours, see
@@ -292,6 +316,9 @@ impl Operator {
         }
         self.election_stop.cancel();
         self.probe_stop.cancel();
+        if let Some(webhook) = &self.webhook {
+            webhook.drained().await;
+        }
         info!("the operator has stopped");
     }
 

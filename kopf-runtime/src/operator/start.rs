@@ -108,8 +108,7 @@ impl OperatorBuilder {
         });
         let probe_stop = CancellationToken::new();
         let health_addr = serve_probes(&options, &health, &probe_stop).await?;
-        let webhook_addr =
-            serve_webhooks(&options, &identity, &client, &admission, &probe_stop).await?;
+        let webhook = serve_webhooks(&options, &identity, &client, &admission, &probe_stop).await?;
         let shared = shared(&options, &identity, client, &replicas, &indexes);
         let server_timeout = options.watch_limits.server_timeout();
         let launching = (&relations, indexes.as_slice(), server_timeout);
@@ -135,7 +134,7 @@ impl OperatorBuilder {
             probe_stop,
             watches,
             health_addr,
-            webhook_addr,
+            webhook,
             shutdown_timeout: options.shutdown_timeout,
             metrics: metrics.map(|m| m.registry()),
             released: false,
@@ -290,7 +289,7 @@ async fn serve_webhooks(
     client: &Client,
     admission: &[crate::handler::admission::WebhookRegistration],
     stop: &CancellationToken,
-) -> Result<Option<SocketAddr>, OperatorError> {
+) -> Result<Option<super::handle::Webhook>, OperatorError> {
     #[cfg(feature = "webhook")]
     if let Some(settings) = &options.webhooks {
         let context = super::webhook::Context {
@@ -301,7 +300,7 @@ async fn serve_webhooks(
         };
         return super::webhook::start(settings, admission, context, stop)
             .await
-            .map(Some)
+            .map(|(addr, drain)| Some(super::handle::Webhook { addr, drain }))
             .map_err(OperatorError::Webhook);
     }
     #[cfg(not(feature = "webhook"))]

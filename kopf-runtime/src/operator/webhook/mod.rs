@@ -30,6 +30,7 @@ use crate::handler::admission::WebhookRegistration;
 use certs::Authority;
 pub use error::WebhookError;
 use server::CurrentTls;
+pub(crate) use server::Drain;
 pub use settings::Webhooks;
 use settings::{Address, Certificates, url_host_port};
 
@@ -60,7 +61,8 @@ fn by_path(
 }
 
 /// Starts the server (and keeps its certificate current) until `stop`; applies the
-/// configurations unless they are the user's. Returns the bound address.
+/// configurations unless they are the user's. Returns the bound address and what waits for the
+/// open connections once `stop` is cancelled.
 ///
 /// # Cancellation safety
 /// Not cancel safe: a dropped future may leave the server listening until `stop`.
@@ -69,7 +71,7 @@ pub(crate) async fn start(
     handlers: &[WebhookRegistration],
     context: Context<'_>,
     stop: &CancellationToken,
-) -> Result<SocketAddr, WebhookError> {
+) -> Result<(SocketAddr, Drain), WebhookError> {
     if let Address::Url(url) = &settings.address {
         url_host_port(url).ok_or_else(|| WebhookError::Url(url.clone()))?;
     }
@@ -98,7 +100,7 @@ pub(crate) async fn start(
     };
     let app = review::router(paths);
     let addr = settings.listen;
-    let bound = (server::serve(addr, app, tls, stop.clone()).await)
+    let (bound, drain) = (server::serve(addr, app, tls, stop.clone()).await)
         .map_err(|source| WebhookError::Listen { addr, source })?;
     if settings.manage_configuration {
         let common = config::Common {
@@ -111,7 +113,7 @@ pub(crate) async fn start(
         config::apply(context.client, context.field_manager, configurations).await?;
     }
     tracing::info!(addr = %bound, handlers = handlers.len(), "the webhook server has started");
-    Ok(bound)
+    Ok((bound, drain))
 }
 
 /// Issues a new serving certificate from the CA every [`certs::SERVING_RENEWAL`].
