@@ -383,3 +383,148 @@ async fn admission_handlers_without_a_server_or_unknown_ones_stop_the_start() ->
     );
     Ok(())
 }
+
+/// A CA, and serving certificates for 127.0.0.1 signed by it (PEM).
+struct TestCa {
+    pem: String,
+    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+}
+
+impl TestCa {
+    fn new() -> anyhow::Result<Self> {
+        let key = rcgen::KeyPair::generate()?;
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new())?;
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign];
+        let pem = params.self_signed(&key)?.pem();
+        Ok(Self {
+            pem,
+            issuer: rcgen::Issuer::new(params, key),
+        })
+    }
+
+    /// Writes a new serving certificate, its chain and key into `dir` as a mounted
+    /// `kubernetes.io/tls` Secret has them, each file replaced at once; returns its DER.
+    fn write_serving(&self, dir: &std::path::Path) -> anyhow::Result<Vec<u8>> {
+        let key = rcgen::KeyPair::generate()?;
+        let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()])?
+            .signed_by(&key, &self.issuer)?;
+        for (file, text) in [
+            ("ca.crt", self.pem.clone()),
+            ("tls.key", key.serialize_pem()),
+            ("tls.crt", cert.pem() + &self.pem),
+        ] {
+            let staged = dir.join(format!(".{file}.new"));
+            std::fs::write(&staged, text)?;
+            std::fs::rename(&staged, dir.join(file))?;
+        }
+        Ok(cert.der().to_vec())
+    }
+}
+
+/// The certificate the server on `port` presents now (DER), trusting `ca` (PEM).
+async fn presented(port: u16, ca: &str) -> anyhow::Result<Vec<u8>> {
+    use rustls::pki_types::pem::PemObject as _;
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(rustls::pki_types::CertificateDer::from_pem_slice(
+        ca.as_bytes(),
+    )?)?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1")?;
+    let tls = connector.connect(name, tcp).await?;
+    let (_, session) = tls.get_ref();
+    let leaf = session.peer_certificates().and_then(|c| c.first());
+    Ok(leaf.map(|c| c.to_vec()).unwrap_or_default())
+}
+
+#[tokio::test]
+async fn certificates_from_files_are_rotated_without_a_failed_admission() -> anyhow::Result<()> {
+    let (ns, api) = example_namespace().await?;
+    let name = format!("wh-{}", ns.name());
+    let dir = std::env::temp_dir().join(format!("kopf-webhook-certs-{}", ns.name()));
+    std::fs::create_dir_all(&dir)?;
+    let ca = TestCa::new()?;
+    let first = ca.write_serving(&dir)?;
+    let port = free_port();
+    let settings = Webhooks::url(format!("https://127.0.0.1:{port}"))
+        .certificates_from(&dir)
+        .handlers(["wh-field"]);
+    let op = Operator::builder()
+        .name(&name)
+        .kube_config(test_config().await?)
+        .namespaces([ns.name()])
+        .webhooks(settings)
+        .start()
+        .await?;
+    assert_eq!(presented(port, &ca.pem).await?, first);
+    let post = PostParams::default();
+    let deadline = Instant::now() + PROMPTLY;
+    while api
+        .create(&post, &example("probe", "forbidden"))
+        .await
+        .is_ok()
+    {
+        api.delete("probe", &DeleteParams::default()).await?;
+        assert!(Instant::now() < deadline, "the webhook never took effect");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // Admissions without a pause, while the files are replaced and reloaded: each one
+    // allowed or refused as the handler says, none failed.
+    let stop = tokio_util::sync::CancellationToken::new();
+    let traffic = tokio::spawn({
+        let (api, stop) = (api.clone(), stop.clone());
+        async move {
+            let (mut answered, mut failed) = (0_usize, Vec::new());
+            while !stop.is_cancelled() {
+                let refused = api.create(&post, &example("refused", "forbidden")).await;
+                match refusal(refused) {
+                    m if m.contains("must not be \"forbidden\"") => answered += 1,
+                    other => failed.push(other),
+                }
+                let fine = format!("fine-{answered}");
+                match api.create(&post, &example(&fine, "fine")).await {
+                    Ok(_) => answered += 1,
+                    Err(e) => failed.push(e.to_string()),
+                }
+                // Steady, not flooding the shared API server.
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            (answered, failed)
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let second = ca.write_serving(&dir)?;
+    let rotated = Instant::now();
+    let deadline = rotated + PROMPTLY;
+    while presented(port, &ca.pem).await? != second {
+        assert!(
+            Instant::now() < deadline,
+            "the new certificate was never served"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let reloaded = rotated.elapsed();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    stop.cancel();
+    let (answered, failed) = traffic.await?;
+    assert!(
+        failed.is_empty(),
+        "{} failed admissions: {failed:?}",
+        failed.len()
+    );
+    assert!(answered >= 10, "too little traffic to tell: {answered}");
+    eprintln!("rotation: reloaded after {reloaded:?}; {answered} admissions, none failed");
+
+    op.shutdown().await;
+    remove_configurations(&name).await?;
+    std::fs::remove_dir_all(&dir)?;
+    ns.cleanup().await?;
+    Ok(())
+}
