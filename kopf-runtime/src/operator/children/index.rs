@@ -12,15 +12,14 @@
 
 use std::sync::Arc;
 
-use futures::StreamExt;
 use kube::api::{Api, DynamicObject};
 use kube::core::ApiResource;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info, warn};
+use tracing::warn;
 
-use super::cause::report_error;
+use super::drive::Events;
 use super::progress::Progress;
 use crate::core::object::ObjectState;
 use crate::handler::ErasedIndex;
@@ -54,36 +53,16 @@ pub(crate) async fn watch_indexes(
         Some(ns) => format!("the indexed {} in {ns}", watch.resource.kind),
         None => format!("the indexed {}", watch.resource.kind),
     };
-    let (mut progress, client) = Progress::start(health, &client);
+    let (progress, client) = Progress::start(health, &client);
     let api: Api<DynamicObject> = match &watch.namespace {
         Some(ns) => Api::namespaced_with(client, ns, &watch.resource),
         None => Api::all_with(client, &watch.resource),
     };
     let config = watcher::Config::default().timeout(watch.server_timeout);
-    let mut stream = std::pin::pin!(watcher::watcher(api, config).default_backoff());
+    let stream = std::pin::pin!(watcher::watcher(api, config).default_backoff());
     let mut feed = Feed::new(&watch, &what);
-    let mut last_error = None;
-    loop {
-        let next = tokio::select! {
-            () = stop.cancelled() => return,
-            next = stream.next() => next,
-        };
-        let event = match next {
-            Some(Ok(event)) => event,
-            Some(Err(err)) => {
-                progress.failed(report_error(&what, &err, &mut last_error));
-                continue;
-            }
-            None => {
-                progress.ended();
-                error!(watch = %what, "the watch stream ended");
-                return;
-            }
-        };
-        if !matches!(event, Event::Init) && last_error.take().is_some() {
-            info!(watch = %what, "the watch has recovered");
-        }
-        progress.event(&event);
+    let mut events = Events::new(stream, progress, &what, &stop);
+    while let Some(event) = events.next().await {
         feed.event(event);
     }
 }

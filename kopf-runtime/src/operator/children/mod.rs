@@ -27,12 +27,16 @@
 //! indexed kind, each version given to the kind's indexes and dropped, so only their pairs stay.
 //! An index needs every object of its kind, so its watch is not sharded either.
 //!
+//! The three watches share one stream loop ([`drive`]): it stops them, logs and reports their
+//! failures, recoveries and end, and reports each event to their health before they handle it.
+//!
 //! Sharding: a child belongs to the member that serves its owner, but a child's own UID hashes
 //! to another shard, so the child watch is not sharded on the server: every member watches all
 //! the children (metadata only), and a trigger for an owner the member does not serve is a
 //! no-op. The same holds for leader election: a standby's triggers reach no running handler.
 
 mod cause;
+mod drive;
 mod index;
 mod known;
 mod progress;

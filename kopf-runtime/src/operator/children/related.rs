@@ -3,16 +3,16 @@
 
 use std::sync::Arc;
 
-use futures::StreamExt;
 use kube::api::{Api, DynamicObject};
 use kube::core::ApiResource;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info, warn};
+use tracing::warn;
 
-use super::cause::{ChildCause, NamedTrigger, Via, report_error};
+use super::cause::{ChildCause, NamedTrigger, Via};
+use super::drive::Events;
 use super::known::Known;
 use super::progress::Progress;
 use crate::operator::health::KindHealth;
@@ -96,16 +96,15 @@ pub(crate) async fn watch_related_reporting(
         Some(ns) => format!("the related {kind} in {ns}"),
         None => format!("the related {kind}"),
     };
-    let (mut progress, client) = Progress::start(health, &client);
+    let (progress, client) = Progress::start(health, &client);
     let api: Api<DynamicObject> = match &watch.namespace {
         Some(ns) => Api::namespaced_with(client, ns, &watch.resource),
         None => Api::all_with(client, &watch.resource),
     };
     let config = watcher::Config::default().timeout(watch.server_timeout);
     let stream = watcher::watcher(api, config).default_backoff();
-    let mut stream = std::pin::pin!(stream);
+    let stream = std::pin::pin!(stream);
     let mut known: Known<Target> = Known::default();
-    let mut last_error = None;
     let fire = |targets: Vec<Target>, object: &DynamicObject| {
         let cause = ChildCause {
             via: Via::Related,
@@ -117,27 +116,8 @@ pub(crate) async fn watch_related_reporting(
             trigger(namespace.as_deref(), name, &cause);
         }
     };
-    loop {
-        let next = tokio::select! {
-            () = stop.cancelled() => return,
-            next = stream.next() => next,
-        };
-        let event = match next {
-            Some(Ok(event)) => event,
-            Some(Err(err)) => {
-                progress.failed(report_error(&what, &err, &mut last_error));
-                continue;
-            }
-            None => {
-                progress.ended();
-                error!(watch = %what, "the watch stream ended");
-                return;
-            }
-        };
-        if !matches!(event, Event::Init) && last_error.take().is_some() {
-            info!(watch = %what, "the watch has recovered");
-        }
-        progress.event(&event);
+    let mut events = Events::new(stream, progress, &what, &stop);
+    while let Some(event) = events.next().await {
         match event {
             Event::Init => known.list_begins(),
             Event::InitApply(object) | Event::Apply(object) => {

@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 
-use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DynamicObject};
 use kube::core::ApiResource;
@@ -11,9 +10,9 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info};
 
-use super::cause::{ChildCause, OwnerTrigger, Via, report_error};
+use super::cause::{ChildCause, OwnerTrigger, Via};
+use super::drive::Events;
 use super::known::Known;
 use super::progress::Progress;
 use crate::handler::echoes::{ChildKey, Echoes};
@@ -103,7 +102,7 @@ pub(crate) async fn watch_children_reporting(
         Some(ns) => format!("the children {} in {ns}", watch.resource.kind),
         None => format!("the children {}", watch.resource.kind),
     };
-    let (mut progress, client) = Progress::start(health, &client);
+    let (progress, client) = Progress::start(health, &client);
     // Metadata only: `PartialObjectMeta` requests ask the server for the metadata alone.
     let api: Api<PartialObjectMeta<DynamicObject>> = match &watch.namespace {
         Some(ns) => Api::namespaced_with(client, ns, &watch.resource),
@@ -111,7 +110,7 @@ pub(crate) async fn watch_children_reporting(
     };
     let config = watcher::Config::default().timeout(watch.server_timeout);
     let stream = watcher::watcher(api, config).default_backoff();
-    let mut stream = std::pin::pin!(stream);
+    let stream = std::pin::pin!(stream);
     let children = Children {
         kind: watch.resource.kind.as_str().into(),
         group: watch.resource.group.clone(),
@@ -120,28 +119,8 @@ pub(crate) async fn watch_children_reporting(
         trigger,
     };
     let mut known = Known::default();
-    let mut last_error = None;
-    loop {
-        let next = tokio::select! {
-            () = stop.cancelled() => return,
-            next = stream.next() => next,
-        };
-        let event = match next {
-            Some(Ok(event)) => event,
-            Some(Err(err)) => {
-                progress.failed(report_error(&what, &err, &mut last_error));
-                continue;
-            }
-            None => {
-                progress.ended();
-                error!(watch = %what, "the watch stream ended");
-                return;
-            }
-        };
-        if !matches!(event, Event::Init) && last_error.take().is_some() {
-            info!(watch = %what, "the watch has recovered");
-        }
-        progress.event(&event);
+    let mut events = Events::new(stream, progress, &what, &stop);
+    while let Some(event) = events.next().await {
         match event {
             Event::Init => known.list_begins(),
             Event::InitApply(child) | Event::Apply(child) => {
