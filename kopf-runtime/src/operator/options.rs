@@ -279,9 +279,7 @@ impl Options {
             handlers = registry.by_resource();
         }
         handlers.retain(|_, hs| !hs.is_empty());
-        let admission =
-            self.from_inventory && inventory::iter::<WebhookRegistration>().next().is_some();
-        if handlers.is_empty() && !admission {
+        if handlers.is_empty() && !self.serves_admission() {
             return Err(OperatorError::NoHandlers);
         }
         for (resource, list) in &handlers {
@@ -293,6 +291,16 @@ impl Options {
             })?;
         }
         Ok(handlers)
+    }
+
+    /// Whether there are admission handlers to serve: the ones `Webhooks::handlers` names, or
+    /// the inventory's when the handlers come from there (an operator may have only those).
+    fn serves_admission(&self) -> bool {
+        #[cfg(feature = "webhook")]
+        if let Some(ids) = self.webhooks.as_ref().and_then(|w| w.selected()) {
+            return !ids.is_empty();
+        }
+        self.from_inventory && inventory::iter::<WebhookRegistration>().next().is_some()
     }
 
     /// The admission handlers to serve: those [`Webhooks::handlers`] names, else every
