@@ -149,3 +149,60 @@ pub async fn test_client() -> Client {
         ),
     }
 }
+
+/// The test server's configuration (`KUBECONFIG`), authenticating only with `token` (e.g. a
+/// ServiceAccount's, to run code with exactly that account's permissions).
+///
+/// # Errors
+///
+/// If `KUBECONFIG` is unset or its file cannot be read or parsed.
+///
+/// # Cancellation safety
+///
+/// Cancel-safe: it only reads a file.
+///
+/// # Examples
+///
+/// ```no_run
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> anyhow::Result<()> {
+/// let admin = kopf_tests::test_client().await;
+/// let token = kopf_tests::service_account_token(&admin, "default", "default").await?;
+/// let as_account = kube::Client::try_from(kopf_tests::token_config(&token).await?)?;
+/// # drop(as_account); Ok(()) }
+/// ```
+pub async fn token_config(token: &str) -> anyhow::Result<Config> {
+    let path = std::env::var("KUBECONFIG")?;
+    let mut yaml: serde_yaml::Value = serde_yaml::from_str(&std::fs::read_to_string(path)?)?;
+    for user in yaml["users"].as_sequence_mut().into_iter().flatten() {
+        user["user"] = serde_yaml::to_value(serde_json::json!({ "token": token }))?;
+    }
+    let kubeconfig = Kubeconfig::from_yaml(&serde_yaml::to_string(&yaml)?)?;
+    Ok(Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?)
+}
+
+/// A token of the ServiceAccount `name` in `ns`, valid for an hour, requested by `admin`.
+///
+/// # Errors
+///
+/// The API error of the token request.
+///
+/// # Cancellation safety
+///
+/// Cancel-safe: a token requested and dropped is simply never used.
+pub async fn service_account_token(admin: &Client, ns: &str, name: &str) -> anyhow::Result<String> {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            expiration_seconds: Some(3600),
+            ..TokenRequestSpec::default()
+        }),
+        ..TokenRequest::default()
+    };
+    let accounts: kube::Api<ServiceAccount> = kube::Api::namespaced(admin.clone(), ns);
+    let response = accounts
+        .create_token_request(name, &kube::api::PostParams::default(), &request)
+        .await?;
+    Ok(response.status.and_then(|s| s.token).unwrap_or_default())
+}

@@ -41,7 +41,8 @@ mod testenv;
 mod wait;
 
 pub use client::{
-    CONNECT_TIMEOUT, HOW_TO_START, config_from_file, connect, test_client, test_config,
+    CONNECT_TIMEOUT, HOW_TO_START, config_from_file, connect, service_account_token, test_client,
+    test_config, token_config,
 };
 pub use crd::{CRD_ESTABLISHED_TIMEOUT, FIELD_MANAGER, install_crd};
 pub use namespace::{KEEP_NAMESPACES_ENV, TEST_NAMESPACE_LABEL, TestNamespace, is_not_found};

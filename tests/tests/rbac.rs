@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -21,9 +20,10 @@ use kopf_runtime::ha::{LeaderElection, Role as ReplicaRole};
 use kopf_runtime::stats::WatchPhase;
 use kopf_runtime::{Events, HandlerResult, Operator, Patch, Registry, Stopper, daemon};
 use kopf_runtime::{OperatorBuilder, timer};
-use kopf_tests::{TestNamespace, install_crd, test_client, wait_until};
+use kopf_tests::{
+    TestNamespace, install_crd, service_account_token, test_client, token_config, wait_until,
+};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config, CustomResourceExt as _, ResourceExt as _};
 use serde::de::DeserializeOwned;
 use serde_json::json;
@@ -100,32 +100,6 @@ impl Rbac {
             lease_binding,
         }
     }
-}
-
-/// A client configuration that authenticates only with `token`.
-async fn token_config(token: &str) -> anyhow::Result<Config> {
-    let path = std::env::var("KUBECONFIG")?;
-    let mut yaml: serde_yaml::Value = serde_yaml::from_str(&std::fs::read_to_string(path)?)?;
-    for user in yaml["users"].as_sequence_mut().into_iter().flatten() {
-        user["user"] = serde_yaml::to_value(json!({ "token": token }))?;
-    }
-    let kubeconfig = Kubeconfig::from_yaml(&serde_yaml::to_string(&yaml)?)?;
-    Ok(Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?)
-}
-
-async fn service_account_token(admin: &Client, ns: &str, name: &str) -> anyhow::Result<String> {
-    let request = TokenRequest {
-        spec: Some(TokenRequestSpec {
-            expiration_seconds: Some(3600),
-            ..TokenRequestSpec::default()
-        }),
-        ..TokenRequest::default()
-    };
-    let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), ns);
-    let response = accounts
-        .create_token_request(name, &PostParams::default(), &request)
-        .await?;
-    Ok(response.status.and_then(|s| s.token).unwrap_or_default())
 }
 
 /// The operator as deployed: with leader election (short settings), so that the job includes
