@@ -235,4 +235,10 @@ pub(crate) struct AdmissionModel {
     pub(crate) ignore_failures: bool,
     /// The time to answer, in whole seconds (1–30).
     pub(crate) timeout_seconds: u8,
+    /// Conditions on the object's labels.
+    pub(crate) labels: Vec<(String, MetaFilter)>,
+    /// Conditions on the object's annotations.
+    pub(crate) annotations: Vec<(String, MetaFilter)>,
+    /// `when`: a path to a `fn(&K) -> bool` (or a non-capturing closure).
+    pub(crate) when: Option<Expr>,
 }

@@ -1,5 +1,5 @@
 //! `#[validate(...)]` and `#[mutate(...)]`'s options as written: the id, the operations, the
-//! failure policy, the time to answer, and where kopf-runtime is.
+//! failure policy, the time to answer, the filters, and where kopf-runtime is.
 
 use darling::FromMeta;
 use darling::ast::NestedMeta;
@@ -7,7 +7,8 @@ use darling::util::{PathList, SpannedValue};
 use proc_macro2::TokenStream;
 
 use super::duration::DurationArg;
-use super::values::CratePath;
+use super::filters::MetaArg;
+use super::values::{Callable, CratePath};
 
 /// The options of `#[validate]` and `#[mutate]`.
 #[derive(Debug, Default, FromMeta)]
@@ -16,6 +17,9 @@ pub(crate) struct AdmissionArgs {
     pub(crate) operations: Option<SpannedValue<PathList>>,
     pub(crate) failure_policy: Option<SpannedValue<String>>,
     pub(crate) timeout: Option<DurationArg>,
+    pub(crate) labels: Option<SpannedValue<MetaArg>>,
+    pub(crate) annotations: Option<SpannedValue<MetaArg>>,
+    pub(crate) when: Option<Callable>,
     #[darling(rename = "crate")]
     pub(crate) krate: Option<CratePath>,
 }

@@ -5,6 +5,7 @@ use proc_macro2::TokenStream;
 use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 
+use super::spec::meta_filters;
 use crate::model::{AdmissionKind, AdmissionModel, AdmissionParam};
 
 /// The tokens that follow a `#[validate]` or `#[mutate]` function.
@@ -26,6 +27,17 @@ pub(crate) fn generate(model: &AdmissionModel) -> TokenStream {
     };
     let timeout = model.timeout_seconds;
     let ignore = model.ignore_failures.then(|| quote!(.ignore_failures()));
+    let filters = (!model.labels.is_empty() || !model.annotations.is_empty()).then(|| {
+        let labels = meta_filters(krate, &model.labels);
+        let annotations = meta_filters(krate, &model.annotations);
+        quote! {
+            .filters(#krate::engine::Filters {
+                labels: #labels,
+                annotations: #annotations,
+                field: ::core::option::Option::None,
+            })
+        }
+    });
     quote! {
         const _: () = {
             fn #call(
@@ -42,6 +54,7 @@ pub(crate) fn generate(model: &AdmissionModel) -> TokenStream {
                     #call,
                 )
                 #ignore
+                #filters
                 .timeout_seconds(#timeout)
             }
         };
@@ -64,6 +77,15 @@ fn body(model: &AdmissionModel) -> TokenStream {
         AdmissionParam::Review => quote!(::std::clone::Clone::clone(&__review)),
     });
     let wait = model.is_async.then(|| quote!(.await));
+    // `when` is typed: checked on the decoded object; an object it refuses is admitted unasked.
+    let when = model.when.as_ref().map(|when| {
+        quote_spanned! {when.span()=>
+            let __kopf_when: fn(&#resource) -> ::core::primitive::bool = #when;
+            if !__kopf_when(&__object) {
+                return #krate::admission::Verdict::allow();
+            }
+        }
+    });
     // Spanned on the return type: a type that is not an answer is reported there.
     let span = model
         .output
@@ -75,6 +97,7 @@ fn body(model: &AdmissionModel) -> TokenStream {
             ::core::result::Result::Err(verdict) => return verdict,
         };
         let _ = &__review;
+        #when
     };
     match model.kind {
         AdmissionKind::Validate => {

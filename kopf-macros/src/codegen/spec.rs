@@ -29,7 +29,8 @@ fn opt_duration(d: Option<Duration>) -> TokenStream {
     }
 }
 
-fn meta_filters(krate: &syn::Path, entries: &[(String, MetaFilter)]) -> TokenStream {
+/// Label or annotation conditions as a `&'static [(key, MetaFilter)]`.
+pub(crate) fn meta_filters(krate: &syn::Path, entries: &[(String, MetaFilter)]) -> TokenStream {
     let items = entries.iter().map(|(key, condition)| {
         let filter = match condition {
             MetaFilter::Equals(v) => quote!(#krate::engine::MetaFilter::Equals(#v)),

@@ -9,6 +9,7 @@ use syn::{FnArg, GenericArgument, ItemFn, PathArguments, ReturnType, Type};
 
 use super::common::{id, krate};
 use super::error::err;
+use super::filters::meta_filters;
 use crate::args::admission::{AdmissionArgs, parse};
 use crate::model::{AdmissionKind, AdmissionModel, AdmissionParam};
 
@@ -64,6 +65,8 @@ pub(crate) fn admission(
     let ignore_failures = errors.handle(failure_policy(&args)).unwrap_or_default();
     let timeout_seconds = errors.handle(timeout(&args)).unwrap_or(10);
     let id = errors.handle(id(args.id.as_ref(), &func.sig.ident));
+    let labels = errors.handle(meta_filters(args.labels.as_ref(), true));
+    let annotations = errors.handle(meta_filters(args.annotations.as_ref(), false));
     let Some(resource) = resource else {
         if !unusable {
             errors.push(err(shape(kind), func.sig.span()));
@@ -89,6 +92,9 @@ pub(crate) fn admission(
         operations,
         ignore_failures,
         timeout_seconds,
+        labels: labels.unwrap_or_default(),
+        annotations: annotations.unwrap_or_default(),
+        when: args.when.map(|when| when.0),
     })
 }
 

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use super::request::{Request, Verdict};
 use super::review::Operation;
+use crate::core::filter::Filters;
 use crate::core::resource::ResourceInfo;
 use crate::handler::resource::StaticResource;
 
@@ -44,6 +45,7 @@ pub struct WebhookRegistration {
     call: fn(Request) -> Pending,
     ignore_failures: bool,
     timeout_seconds: u8,
+    filters: Filters,
 }
 
 inventory::collect!(WebhookRegistration);
@@ -83,7 +85,20 @@ impl WebhookRegistration {
             call,
             ignore_failures: false,
             timeout_seconds: 10,
+            filters: Filters {
+                labels: &[],
+                annotations: &[],
+                field: None,
+            },
         }
+    }
+
+    /// The same, called only for objects whose labels and annotations match `filters` (others
+    /// are admitted unasked; the label conditions also narrow the webhook's `objectSelector`).
+    #[must_use]
+    pub const fn filters(mut self, filters: Filters) -> Self {
+        self.filters = filters;
+        self
     }
 
     /// The same, admitting requests when it cannot answer (failure policy `Ignore`).
@@ -140,6 +155,12 @@ impl WebhookRegistration {
     #[must_use]
     pub fn timeout(&self) -> Duration {
         Duration::from_secs(u64::from(self.timeout_seconds))
+    }
+
+    /// The label and annotation conditions on the objects it is called for.
+    #[must_use]
+    pub fn object_filters(&self) -> &Filters {
+        &self.filters
     }
 
     /// Its path on the webhook server: `/<validate|mutate>/<id>`.

@@ -10,6 +10,7 @@ use serde::de::DeserializeOwned;
 
 use super::answer::AdmissionReturn;
 use super::review::{Operation, Review};
+use crate::core::filter::Filters;
 
 /// An admission request, as the webhook server received it (shared by every handler it goes
 /// to). The generated code decodes the object from it with [`Request::decode`].
@@ -92,6 +93,23 @@ impl Request {
             })
     }
 
+    /// Whether the object (on a delete, the object as it was) has the labels and annotations
+    /// `filters` asks for (its field condition, if any, is not looked at).
+    #[must_use]
+    pub fn matches(&self, filters: &Filters) -> bool {
+        let request = &*self.inner;
+        let object = match self.operation() {
+            Some(Operation::Delete) => request.old_object.as_ref(),
+            _ => request.object.as_ref(),
+        };
+        let Some(meta) = object.map(|o| &o.metadata) else {
+            return filters.labels.is_empty() && filters.annotations.is_empty();
+        };
+        (filters.labels.iter()).all(|(key, f)| f.matches(entry(meta.labels.as_ref(), key)))
+            && (filters.annotations.iter())
+                .all(|(key, f)| f.matches(entry(meta.annotations.as_ref(), key)))
+    }
+
     /// `<plural> <namespace>/<name>`, for messages.
     #[must_use]
     pub fn describe(&self) -> String {
@@ -102,6 +120,14 @@ impl Request {
             None => format!("{plural} {}", request.name),
         }
     }
+}
+
+/// The value of `key` in a label or annotation map.
+fn entry<'a>(
+    map: Option<&'a std::collections::BTreeMap<String, String>>,
+    key: &str,
+) -> Option<&'a str> {
+    map.and_then(|m| m.get(key)).map(String::as_str)
 }
 
 /// A handler's answer to one request: admitted (with warnings and, from a mutating handler, a

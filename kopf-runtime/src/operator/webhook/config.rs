@@ -13,6 +13,7 @@ use kube::api::{Api, ObjectMeta, Patch, PatchParams};
 
 use super::error::WebhookError;
 use super::settings::Address;
+use crate::core::filter::MetaFilter;
 use crate::handler::admission::{WebhookKind, WebhookRegistration};
 
 /// What every webhook of the operator shares.
@@ -93,6 +94,31 @@ fn namespace_selector(common: &Common<'_>) -> Option<LabelSelector> {
     })
 }
 
+/// The label conditions the API server can check itself (a value, present, absent); a
+/// predicate is left to the server.
+fn object_selector(handler: &WebhookRegistration) -> Option<LabelSelector> {
+    let requirement = |(key, filter): &(&str, MetaFilter)| {
+        let (operator, values) = match filter {
+            MetaFilter::Equals(value) => ("In", Some(vec![(*value).to_owned()])),
+            MetaFilter::Present => ("Exists", None),
+            MetaFilter::Absent => ("DoesNotExist", None),
+            MetaFilter::Predicate(_) => return None,
+        };
+        Some(LabelSelectorRequirement {
+            key: (*key).to_owned(),
+            operator: operator.to_owned(),
+            values,
+        })
+    };
+    let expressions: Vec<_> = (handler.object_filters().labels.iter())
+        .filter_map(requirement)
+        .collect();
+    (!expressions.is_empty()).then_some(LabelSelector {
+        match_expressions: Some(expressions),
+        match_labels: None,
+    })
+}
+
 fn policy(handler: &WebhookRegistration) -> String {
     if handler.ignores_failures() {
         "Ignore"
@@ -114,6 +140,7 @@ fn validating(common: &Common<'_>, handler: &WebhookRegistration) -> ValidatingW
         failure_policy: Some(policy(handler)),
         match_policy: Some("Equivalent".to_owned()),
         namespace_selector: namespace_selector(common),
+        object_selector: object_selector(handler),
         rules: Some(rules(handler)),
         side_effects: "None".to_owned(),
         timeout_seconds: Some(timeout(handler)),
@@ -129,6 +156,7 @@ fn mutating(common: &Common<'_>, handler: &WebhookRegistration) -> MutatingWebho
         failure_policy: Some(policy(handler)),
         match_policy: Some("Equivalent".to_owned()),
         namespace_selector: namespace_selector(common),
+        object_selector: object_selector(handler),
         rules: Some(rules(handler)),
         side_effects: "None".to_owned(),
         timeout_seconds: Some(timeout(handler)),

@@ -94,6 +94,9 @@ async fn review(
 /// Runs the handler in a task of its own (a panic ends only it) within its time; a handler
 /// that panics or takes too long gets the answer its failure policy says.
 async fn decide(handler: WebhookRegistration, request: Request) -> Verdict {
+    if !request.matches(handler.object_filters()) {
+        return Verdict::allow();
+    }
     let object = request.describe();
     let id = handler.id();
     // Answer a little before the API server gives up, so that the policy is ours to apply.
