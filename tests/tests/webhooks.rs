@@ -72,12 +72,25 @@ async fn slow_secrets(secret: &Secret) {
     slow_if_named_slow(secret.metadata.name.as_deref()).await;
 }
 
-const HANDLERS: [&str; 5] = [
+/// Refuses new ConfigMaps labelled `guard=yes` that have no data: the label is checked by the
+/// API server (`objectSelector`) and the server, the data by `when`.
+#[validate(
+    id = "wh-guard",
+    operations(create),
+    labels(guard = "yes"),
+    when = |m: &ConfigMap| m.data.is_none()
+)]
+fn guard(_map: &ConfigMap) -> Result<(), Rejection> {
+    Err(Rejection::new("guarded ConfigMaps need data"))
+}
+
+const HANDLERS: [&str; 6] = [
     "wh-field",
     "wh-stamp",
     "wh-protect",
     "wh-slow-ignore",
     "wh-slow-fail",
+    "wh-guard",
 ];
 
 fn free_port() -> u16 {
@@ -257,6 +270,27 @@ async fn the_api_server_asks_the_handlers_and_follows_their_answers() -> anyhow:
     // Positive controls: the same kinds, not slow, pass at once.
     maps.create(&post, &named("quick-map")).await?;
     secrets.create(&post, &named("quick-secret")).await?;
+
+    // Filters: only a labelled ConfigMap without data is refused.
+    let map = |name: &str, guard: Option<&str>, data: bool| -> anyhow::Result<ConfigMap> {
+        let labels = guard.map(|g| json!({"guard": g}));
+        let data = data.then(|| json!({"k": "v"}));
+        let map = json!({"metadata": {"name": name, "labels": labels}, "data": data});
+        Ok(serde_json::from_value(map)?)
+    };
+    let refused = refusal(
+        maps.create(&post, &map("guarded", Some("yes"), false)?)
+            .await,
+    );
+    assert!(
+        refused.contains("guarded ConfigMaps need data"),
+        "{refused}"
+    );
+    maps.create(&post, &map("guarded-data", Some("yes"), true)?)
+        .await?;
+    maps.create(&post, &map("guarded-no", Some("no"), false)?)
+        .await?;
+    maps.create(&post, &map("unguarded", None, false)?).await?;
 
     op.shutdown().await;
     remove_configurations(&name).await?;

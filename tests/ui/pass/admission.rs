@@ -23,6 +23,13 @@ fn warns(review: Review<Pod>, _pod: &Pod) -> Result<Warnings, Rejection> {
     Ok(Warnings::from_iter([format!("{} pod", review.operation)]))
 }
 
+fn has_data(map: &ConfigMap) -> bool {
+    map.data.is_some()
+}
+
+#[validate(labels(team = "a", legacy = absent), annotations(owner = present), when = has_data)]
+fn filtered(_map: &ConfigMap) {}
+
 #[mutate]
 async fn label(map: &mut ConfigMap) -> Warnings {
     map.metadata.labels.get_or_insert_default().insert("a".into(), "b".into());
@@ -39,4 +46,6 @@ fn main() {
     assert_eq!(find("warns").resource().plural, "pods");
     assert_eq!(find("label").kind(), WebhookKind::Mutating);
     assert!(!find("label").ignores_failures());
+    assert_eq!(find("filtered").object_filters().labels.len(), 2);
+    assert_eq!(find("filtered").object_filters().annotations.len(), 1);
 }
