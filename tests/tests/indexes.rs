@@ -79,3 +79,137 @@ async fn a_handler_reads_an_index_of_another_kind_kept_current_by_its_watch() ->
     ns.cleanup().await?;
     Ok(())
 }
+
+/// Each Secret's name, under its type: an index of a kind the operator may not be allowed to
+/// list.
+#[index]
+fn secrets_by_type(secret: Arc<k8s_openapi::api::core::v1::Secret>) -> Option<(String, String)> {
+    Some((secret.type_.clone()?, secret.metadata.name.clone()?))
+}
+
+/// Takes no index: runs whatever the indexes do.
+#[timer(id = "index-free", interval = "1s")]
+async fn index_free(_obj: Arc<KopfExample>) -> Result<&'static str, HandlerError> {
+    Ok("ran")
+}
+
+/// Takes the Secrets' index: runs once it is filled.
+#[timer(id = "index-secrets", interval = "1s")]
+async fn index_secrets(
+    _obj: Arc<KopfExample>,
+    secrets: Index<secrets_by_type>,
+) -> Result<usize, HandlerError> {
+    Ok(secrets.get(&"Opaque".to_owned()).len())
+}
+
+/// A ClusterRole granting `verbs` on `resources` of `group`, bound to `account` in `ns`.
+async fn grant(
+    ns: &str,
+    account: &str,
+    name: &str,
+    rules: serde_json::Value,
+) -> anyhow::Result<()> {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    let admin = client().await;
+    let post = PostParams::default();
+    let role: ClusterRole =
+        serde_json::from_value(json!({"metadata": {"name": name}, "rules": rules}))?;
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": ns}],
+    }))?;
+    Api::<ClusterRole>::all(admin.clone())
+        .create(&post, &role)
+        .await?;
+    Api::<ClusterRoleBinding>::all(admin)
+        .create(&post, &binding)
+        .await?;
+    Ok(())
+}
+
+async fn revoke(name: &str) -> anyhow::Result<()> {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    let admin = client().await;
+    let delete = DeleteParams::default();
+    Api::<ClusterRoleBinding>::all(admin.clone())
+        .delete(name, &delete)
+        .await?;
+    Api::<ClusterRole>::all(admin).delete(name, &delete).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_forbidden_index_holds_only_its_handlers_and_is_named_by_readyz() -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+    let (ns, api) = example_namespace().await?;
+    let admin = client().await;
+    let account = "indexer";
+    let mut sa = ServiceAccount::default();
+    sa.metadata.name = Some(account.into());
+    Api::<ServiceAccount>::namespaced(admin.clone(), ns.name())
+        .create(&PostParams::default(), &sa)
+        .await?;
+    let examples = format!("idx-examples-{}", ns.name());
+    grant(ns.name(), account, &examples, json!([
+        {"apiGroups": ["kopf.dev"], "resources": ["kopfexamples"], "verbs": ["get", "list", "watch", "patch"]},
+        {"apiGroups": ["kopf.dev"], "resources": ["kopfexamples/status"], "verbs": ["patch"]},
+        {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+    ])).await?;
+    let token = kopf_tests::service_account_token(&admin, ns.name(), account).await?;
+    let registry =
+        kopf_runtime::Registry::from_inventory()?.select(&["index-free", "index-secrets"])?;
+    let op = kopf_runtime::Operator::builder()
+        .name("kopf-tests")
+        .kube_config(kopf_tests::token_config(&token).await?)
+        .namespaces([ns.name()])
+        .registry(&registry)
+        .index::<secrets_by_type>()
+        .health_addr(([127, 0, 0, 1], 0).into())
+        .shutdown_timeout(std::time::Duration::from_secs(5))
+        .start()
+        .await?;
+    let addr = op.health_addr().expect("a probe address");
+    let mut opaque = Secret::default();
+    opaque.metadata.name = Some("s1".into());
+    opaque.type_ = Some("Opaque".into());
+    ns.api::<Secret>()
+        .create(&PostParams::default(), &opaque)
+        .await?;
+
+    create(&api, "one", "x").await?;
+    // The handler without the index runs; the one with it does not, and /readyz says why.
+    wait_status(&api, "one", "index-free", json!("ran")).await;
+    let (code, body) = probe(addr, "/readyz").await?;
+    assert_eq!(code, 503, "{body}");
+    assert!(
+        body.contains("secrets") && body.contains("(index)"),
+        "{body}"
+    );
+    assert_eq!(status(&api, "one").await.get("index-secrets"), None);
+
+    // Positive control: allowed to list Secrets, the index fills and its handler runs.
+    let secrets = format!("idx-secrets-{}", ns.name());
+    grant(
+        ns.name(),
+        account,
+        &secrets,
+        json!([
+            {"apiGroups": [""], "resources": ["secrets"], "verbs": ["list", "watch"]},
+        ]),
+    )
+    .await?;
+    wait_status(&api, "one", "index-secrets", json!(1)).await;
+    kopf_tests::wait_until("/readyz ok", PROMPTLY, || async {
+        probe(addr, "/readyz")
+            .await
+            .is_ok_and(|(code, _)| code == 200)
+    })
+    .await;
+
+    op.shutdown().await;
+    revoke(&secrets).await?;
+    revoke(&examples).await?;
+    ns.cleanup().await?;
+    Ok(())
+}
