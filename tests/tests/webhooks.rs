@@ -149,7 +149,9 @@ fn refusal(result: Result<impl std::fmt::Debug, kube::Error>) -> String {
 /// `kubectl` with the test kubeconfig: (success, stdout + stderr).
 async fn kubectl(args: &[&str], stdin: &str) -> anyhow::Result<(bool, String)> {
     use tokio::io::AsyncWriteExt as _;
-    let bin = std::env::var("KUBE_BIN").unwrap_or_else(|_| "target/kube-bin".to_owned());
+    // tools/kube-testenv/build.sh puts kubectl beside the API server it builds.
+    let default = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/kube-bin");
+    let bin = std::env::var("KUBE_BIN").unwrap_or_else(|_| default.to_owned());
     let kubeconfig = std::env::var("KUBECONFIG")?;
     let mut child = tokio::process::Command::new(format!("{bin}/kubectl"))
         .arg("--kubeconfig")
