@@ -186,6 +186,12 @@ pub(crate) struct IndexModel {
     pub(crate) resource: syn::Type,
     /// The return type: a collection of `(key, value)` pairs.
     pub(crate) pairs: syn::Type,
+    /// Conditions on the objects' labels.
+    pub(crate) labels: Vec<(String, MetaFilter)>,
+    /// Conditions on the objects' annotations.
+    pub(crate) annotations: Vec<(String, MetaFilter)>,
+    /// `when`: a path to a `fn(&K) -> bool` (or a non-capturing closure).
+    pub(crate) when: Option<Expr>,
 }
 
 /// Which attribute made an admission handler.

@@ -67,5 +67,8 @@ fn an_indexed_object_costs_its_pairs_and_its_identity_not_its_body() {
     // Positive control: the pairs are really held.
     assert!(per_object > 16, "{per_object} bytes");
     // Not the body: a pod of ~4.3 KiB costs a small fraction of it.
-    assert!(per_object < 512, "an indexed object keeps {per_object} bytes");
+    assert!(
+        per_object < 512,
+        "an indexed object keeps {per_object} bytes"
+    );
 }

@@ -213,3 +213,62 @@ async fn a_forbidden_index_holds_only_its_handlers_and_is_named_by_readyz() -> a
     ns.cleanup().await?;
     Ok(())
 }
+
+/// The ConfigMaps of an app that are not marked `skip` and hold no data.
+#[index(labels(app = present, skip = absent), when = |c: &ConfigMap| c.data.is_none())]
+fn empty_configs_by_app(config: Arc<ConfigMap>) -> Option<(String, String)> {
+    let app = config.metadata.labels.as_ref()?.get("app")?.clone();
+    Some((app, config.metadata.name.clone()?))
+}
+
+#[timer(id = "index-filtered", interval = "1s")]
+async fn index_filtered(
+    obj: Arc<KopfExample>,
+    empty: Index<empty_configs_by_app>,
+) -> Result<Vec<String>, HandlerError> {
+    let mut names = empty.get(&obj.spec.field.clone().unwrap_or_default());
+    names.sort();
+    Ok(names)
+}
+
+#[tokio::test]
+async fn an_index_keeps_only_the_objects_its_filters_match() -> anyhow::Result<()> {
+    let (ns, api) = example_namespace().await?;
+    let configs: Api<ConfigMap> = ns.api();
+    let post = PostParams::default();
+    let op = operator(&ns, &["index-filtered"])
+        .await?
+        .index::<empty_configs_by_app>()
+        .start()
+        .await?;
+    configs.create(&post, &config_map("in-a", "x")).await?;
+    configs.create(&post, &config_map("in-b", "x")).await?;
+    let mut skipped = config_map("skipped", "x");
+    skipped
+        .metadata
+        .labels
+        .get_or_insert_default()
+        .insert("skip".into(), "1".into());
+    configs.create(&post, &skipped).await?;
+    let mut full = config_map("full", "x");
+    full.data = Some(BTreeMap::from([("k".to_owned(), "v".to_owned())]));
+    configs.create(&post, &full).await?;
+    create(&api, "one", "x").await?;
+    wait_status(&api, "one", "index-filtered", json!(["in-a", "in-b"])).await;
+
+    // An object that stops matching leaves the index; one that starts matching enters it.
+    let params = kube::api::PatchParams::default();
+    let skip = json!({"metadata": {"labels": {"skip": "1"}}});
+    configs
+        .patch("in-a", &params, &kube::api::Patch::Merge(&skip))
+        .await?;
+    let unskip = json!({"metadata": {"labels": {"skip": null}}});
+    configs
+        .patch("skipped", &params, &kube::api::Patch::Merge(&unskip))
+        .await?;
+    wait_status(&api, "one", "index-filtered", json!(["in-b", "skipped"])).await;
+
+    op.shutdown().await;
+    ns.cleanup().await?;
+    Ok(())
+}

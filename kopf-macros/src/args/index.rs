@@ -1,15 +1,20 @@
-//! `#[index(...)]`'s options as written: only where kopf-runtime is (`crate = "..."`); an
-//! index is made of every object of its kind.
+//! `#[index(...)]`'s options as written: the filters (`labels`, `annotations`, `when`) and
+//! where kopf-runtime is (`crate = "..."`).
 
 use darling::FromMeta;
 use darling::ast::NestedMeta;
 use proc_macro2::TokenStream;
 
-use super::values::CratePath;
+use super::filters::MetaArg;
+use super::values::{Callable, CratePath};
+use darling::util::SpannedValue;
 
 /// The options of `#[index]`.
 #[derive(Debug, Default, FromMeta)]
 pub(crate) struct IndexArgs {
+    pub(crate) labels: Option<SpannedValue<MetaArg>>,
+    pub(crate) annotations: Option<SpannedValue<MetaArg>>,
+    pub(crate) when: Option<Callable>,
     #[darling(rename = "crate")]
     pub(crate) krate: Option<CratePath>,
 }

@@ -8,6 +8,7 @@ use syn::{FnArg, GenericArgument, ItemFn, PathArguments, ReturnType, Type};
 
 use super::common::krate;
 use super::error::err;
+use super::filters::meta_filters;
 use crate::args::index::parse;
 use crate::model::IndexModel;
 
@@ -37,6 +38,11 @@ pub(crate) fn index(args: TokenStream, func: &ItemFn) -> darling::Result<IndexMo
     }
     let resource = errors.handle(resource(func));
     let pairs = errors.handle(pairs(&sig.output, func));
+    let labels = args
+        .as_ref()
+        .and_then(|a| errors.handle(meta_filters(a.labels.as_ref(), true)));
+    let annotations =
+        (args.as_ref()).and_then(|a| errors.handle(meta_filters(a.annotations.as_ref(), false)));
     errors.finish()?;
     match (args, resource, pairs) {
         (Some(args), Some(resource), Some(pairs)) => Ok(IndexModel {
@@ -45,6 +51,9 @@ pub(crate) fn index(args: TokenStream, func: &ItemFn) -> darling::Result<IndexMo
             vis: func.vis.clone(),
             resource,
             pairs,
+            labels: labels.unwrap_or_default(),
+            annotations: annotations.unwrap_or_default(),
+            when: args.when.map(|when| when.0),
         }),
         _ => Err(darling::Error::custom("kopf-macros: internal index error")),
     }

@@ -21,6 +21,7 @@ use tokio::sync::watch;
 use super::inject::{BlockingSafe, Inject};
 use super::resource::StaticResource;
 use crate::core::erased::{Invocation, Services};
+use crate::core::filter::Filters;
 use crate::core::index::store::{Indexed, Store};
 use crate::core::object::{ObjectRef, ObjectState};
 use crate::core::outcome::HandlerError;
@@ -66,6 +67,13 @@ pub trait IndexDef: Send + Sync + 'static {
     type Value: Clone + Send + Sync + 'static;
     /// The index's name: the function's.
     const ID: &'static str;
+    /// Conditions on the objects' labels, annotations and fields (`#[index(labels(...))]`); an
+    /// object that does not meet them is not in the index. Default: none.
+    const FILTERS: Filters = Filters {
+        labels: &[],
+        annotations: &[],
+        field: None,
+    };
     /// The pairs of one object (none: the object is not in the index).
     fn pairs(object: Arc<Self::Resource>) -> Vec<(Self::Key, Self::Value)>;
 }
@@ -304,6 +312,10 @@ pub(crate) trait ErasedIndex: Send + Sync {
 
 impl<I: IndexDef> ErasedIndex for Index<I> {
     fn apply(&self, object: &ObjectState) -> Result<(), String> {
+        if !I::FILTERS.matches(object) {
+            Self::remove(self, object.reference());
+            return Ok(());
+        }
         match object.decode::<I::Resource>() {
             Ok(resource) => {
                 Self::apply(self, object.reference(), resource);
@@ -324,6 +336,7 @@ impl<I: IndexDef> ErasedIndex for Index<I> {
         let mut errors = Vec::new();
         let decoded: Vec<_> = objects
             .iter()
+            .filter(|object| I::FILTERS.matches(object))
             .filter_map(|object| match object.decode::<I::Resource>() {
                 Ok(resource) => Some((object.reference().clone(), resource)),
                 Err(e) => {

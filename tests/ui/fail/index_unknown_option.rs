@@ -5,7 +5,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Pod;
 use kopf_runtime::index;
 
-#[index(labels(app = "web"))]
+#[index(interval = "1s")]
 fn pods_by_node(pod: Arc<Pod>) -> Option<(String, String)> { None }
 
 fn main() {}
