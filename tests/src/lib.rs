@@ -39,6 +39,7 @@ mod namespace;
 pub mod proxy;
 mod testenv;
 mod wait;
+mod webhook;
 
 pub use client::{
     CONNECT_TIMEOUT, HOW_TO_START, config_from_file, connect, service_account_token, test_client,
@@ -50,3 +51,4 @@ pub use testenv::{TestEnv, TestEnvOptions, scripts_dir};
 pub use wait::{
     MAX_POLL_INTERVAL, MIN_POLL_INTERVAL, WaitTimeout, try_wait_for, wait_for, wait_until,
 };
+pub use webhook::{remove_webhook_configurations, webhook_tls};

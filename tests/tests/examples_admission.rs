@@ -11,9 +11,6 @@ mod operator_common;
 
 use std::time::Duration;
 
-use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
-};
 use kopf_examples::crd::{KopfExample, KopfExampleSpec};
 use kopf_runtime::Webhooks;
 use kube::api::{Api, DeleteParams, PostParams};
@@ -77,11 +74,7 @@ async fn the_example_refuses_defaults_and_indexes() -> anyhow::Result<()> {
     wait_status(&api, "a", "owned_by_the_same", json!([])).await;
 
     op.shutdown().await;
-    let client = client().await;
-    let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-    let mutating: Api<MutatingWebhookConfiguration> = Api::all(client);
-    validating.delete(&name, &DeleteParams::default()).await?;
-    mutating.delete(&name, &DeleteParams::default()).await?;
+    kopf_tests::remove_webhook_configurations(&client().await, &name).await?;
     ns.cleanup().await?;
     Ok(())
 }
@@ -192,10 +185,7 @@ async fn the_webhook_rbac_of_the_manifests_is_necessary_and_sufficient() -> anyh
     // And a second start reads the CA the first made (get, not create).
     start_as(ns.name(), account, &name).await??.shutdown().await;
 
-    let validating: Api<ValidatingWebhookConfiguration> = Api::all(admin.clone());
-    let mutating: Api<MutatingWebhookConfiguration> = Api::all(admin.clone());
-    validating.delete(&name, &DeleteParams::default()).await?;
-    mutating.delete(&name, &DeleteParams::default()).await?;
+    kopf_tests::remove_webhook_configurations(&admin, &name).await?;
     Api::<ClusterRoleBinding>::all(admin.clone())
         .delete(&binding.name_any(), &DeleteParams::default())
         .await?;

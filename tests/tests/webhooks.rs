@@ -8,9 +8,6 @@ mod operator_common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
-};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kopf_examples::crd::{KopfExample, KopfExampleSpec};
 use kopf_runtime::{Operator, Rejection, Review, Warnings, Webhooks, mutate, validate};
@@ -130,12 +127,7 @@ async fn webhook_operator(name: &str, ns: &str) -> anyhow::Result<Operator> {
 }
 
 async fn remove_configurations(name: &str) -> anyhow::Result<()> {
-    let client = client().await;
-    let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-    let mutating: Api<MutatingWebhookConfiguration> = Api::all(client);
-    validating.delete(name, &DeleteParams::default()).await?;
-    mutating.delete(name, &DeleteParams::default()).await?;
-    Ok(())
+    kopf_tests::remove_webhook_configurations(&client().await, name).await
 }
 
 /// The API server's message for a refused request.
@@ -302,19 +294,8 @@ async fn the_api_server_asks_the_handlers_and_follows_their_answers() -> anyhow:
 
 /// `POST path` with `body` over TLS, trusting only `ca` (PEM); the status and the body.
 async fn post_raw(port: u16, ca: &[u8], path: &str, body: &[u8]) -> anyhow::Result<(u16, String)> {
-    use rustls::pki_types::pem::PemObject as _;
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(rustls::pki_types::CertificateDer::from_pem_slice(ca)?)?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-    let name = rustls::pki_types::ServerName::try_from("127.0.0.1")?;
-    let mut tls = connector.connect(name, tcp).await?;
+    let mut tls = kopf_tests::webhook_tls(port, ca).await?;
     let head = format!(
         "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
          Content-Length: {}\r\nConnection: close\r\n\r\n",

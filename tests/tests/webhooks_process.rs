@@ -16,9 +16,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
-};
 use k8s_openapi::api::core::v1::Secret;
 use kopf_examples::crd::{KopfExample, KopfExampleSpec};
 use kopf_runtime::{Operator, Rejection, Webhooks, validate};
@@ -189,7 +186,15 @@ async fn one_replica_ends_mid_traffic(signal: &str) -> anyhow::Result<()> {
     let stop = tokio_util::sync::CancellationToken::new();
     let answered = Arc::new(AtomicUsize::new(0));
     let load = tokio::spawn(traffic(api.clone(), stop.clone(), answered.clone()));
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // At least 10 admissions before, 20 after the signal (and 3 s at the least after it).
+    let at_least = |n: usize, what: &'static str| {
+        let answered = answered.clone();
+        kopf_tests::wait_until(what, PROMPTLY, move || {
+            let answered = answered.clone();
+            async move { answered.load(Ordering::Relaxed) >= n }
+        })
+    };
+    at_least(10, "10 admissions before the signal").await;
     let before = answered.load(Ordering::Relaxed);
     first.signal(signal).await?;
     // Positive control: the first replica really stopped listening while traffic went on.
@@ -199,6 +204,7 @@ async fn one_replica_ends_mid_traffic(signal: &str) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
+    at_least(before + 20, "20 admissions after the signal").await;
     stop.cancel();
     let failed = load.await?;
     let after = answered.load(Ordering::Relaxed) - before;
@@ -225,30 +231,14 @@ async fn one_replica_ends_mid_traffic(signal: &str) -> anyhow::Result<()> {
     second.signal("-TERM").await?;
     let _exit = second.exit_code(Duration::from_secs(15)).await;
     balancer.abort();
-    let client = client().await;
-    let name = operator_name(ns.name());
-    let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-    let mutating: Api<MutatingWebhookConfiguration> = Api::all(client);
-    validating.delete(&name, &DeleteParams::default()).await?;
-    mutating.delete(&name, &DeleteParams::default()).await?;
+    kopf_tests::remove_webhook_configurations(&client().await, &operator_name(ns.name())).await?;
     ns.cleanup().await?;
     Ok(())
 }
 
 /// A TLS handshake with the replica on `port`, trusting only `ca` (PEM) for 127.0.0.1.
 async fn handshake(port: u16, ca: &[u8]) -> anyhow::Result<()> {
-    use rustls::pki_types::pem::PemObject as _;
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(rustls::pki_types::CertificateDer::from_pem_slice(ca)?)?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
-    let tcp = TcpStream::connect(("127.0.0.1", port)).await?;
-    let name = rustls::pki_types::ServerName::try_from("127.0.0.1")?;
-    connector.connect(name, tcp).await?;
+    kopf_tests::webhook_tls(port, ca).await?;
     Ok(())
 }
 

@@ -5,9 +5,9 @@
 use proc_macro2::{Span, TokenStream};
 use quote::format_ident;
 use syn::spanned::Spanned;
-use syn::{FnArg, GenericArgument, ItemFn, PathArguments, ReturnType, Type};
+use syn::{FnArg, ItemFn, ReturnType, Type};
 
-use super::common::{id, krate};
+use super::common::{generic_of, id, krate};
 use super::error::err;
 use super::filters::meta_filters;
 use crate::args::admission::{AdmissionArgs, parse};
@@ -177,22 +177,6 @@ fn param(kind: AdmissionKind, input: &FnArg) -> darling::Result<(AdmissionParam,
             ty.span(),
         )),
         _ => Ok((param, resource)),
-    }
-}
-
-/// `K` of `Name<K>` (any path prefix).
-fn generic_of(ty: &Type, name: &str) -> Option<Type> {
-    let Type::Path(path) = ty else { return None };
-    let last = path.path.segments.last()?;
-    if last.ident != name {
-        return None;
-    }
-    let PathArguments::AngleBracketed(args) = &last.arguments else {
-        return None;
-    };
-    match args.args.iter().collect::<Vec<_>>()[..] {
-        [GenericArgument::Type(inner)] => Some(inner.clone()),
-        _ => None,
     }
 }
 

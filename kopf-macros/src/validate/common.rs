@@ -2,7 +2,7 @@
 //! passed on with their defaults (`errors`, `initial_delay`, `crate`).
 
 use darling::util::SpannedValue;
-use syn::Ident;
+use syn::{GenericArgument, Ident, PathArguments, Type};
 
 use super::error::err;
 use crate::args::{CratePath, DelayArg, DurationArg, ErrorsArg, RawArgs};
@@ -86,4 +86,20 @@ pub(crate) fn delay(delay: DelayArg) -> Delay {
 /// The path of kopf-runtime in the generated code: `crate = "..."`, or `::kopf_runtime`.
 pub(crate) fn krate(krate: Option<CratePath>) -> syn::Path {
     krate.map_or_else(|| syn::parse_quote!(::kopf_runtime), |c| c.0)
+}
+
+/// `K` of `Name<K>` (`Arc<K>`, `std::sync::Arc<K>`, `Review<K>`: the last segment, any prefix).
+pub(crate) fn generic_of(ty: &Type, name: &str) -> Option<Type> {
+    let Type::Path(path) = ty else { return None };
+    let last = path.path.segments.last()?;
+    if last.ident != name {
+        return None;
+    }
+    let PathArguments::AngleBracketed(args) = &last.arguments else {
+        return None;
+    };
+    match args.args.iter().collect::<Vec<_>>()[..] {
+        [GenericArgument::Type(inner)] => Some(inner.clone()),
+        _ => None,
+    }
 }

@@ -4,9 +4,9 @@
 
 use proc_macro2::TokenStream;
 use syn::spanned::Spanned;
-use syn::{FnArg, GenericArgument, ItemFn, PathArguments, ReturnType, Type};
+use syn::{FnArg, ItemFn, ReturnType, Type};
 
-use super::common::krate;
+use super::common::{generic_of, krate};
 use super::error::err;
 use super::filters::meta_filters;
 use crate::args::index::parse;
@@ -70,7 +70,7 @@ fn resource(func: &ItemFn) -> darling::Result<Type> {
         };
         return Err(err(SHAPE, span));
     };
-    arc_inner(&param.ty).ok_or_else(|| {
+    generic_of(&param.ty, "Arc").ok_or_else(|| {
         let hint = match &*param.ty {
             Type::Reference(r) => {
                 let elem = &r.elem;
@@ -80,22 +80,6 @@ fn resource(func: &ItemFn) -> darling::Result<Type> {
         };
         err(format!("{SHAPE}{hint}"), param.ty.span())
     })
-}
-
-/// The `K` of `Arc<K>` (`std::sync::Arc`, `sync::Arc` or `Arc`).
-fn arc_inner(ty: &Type) -> Option<Type> {
-    let Type::Path(path) = ty else { return None };
-    let last = path.path.segments.last()?;
-    if last.ident != "Arc" {
-        return None;
-    }
-    let PathArguments::AngleBracketed(args) = &last.arguments else {
-        return None;
-    };
-    match args.args.iter().collect::<Vec<_>>()[..] {
-        [GenericArgument::Type(inner)] => Some(inner.clone()),
-        _ => None,
-    }
 }
 
 /// The return type, which must be named (`impl Trait` has no `Item` the macro can name).
