@@ -65,7 +65,8 @@ impl CurrentTls {
         *self.0.write().unwrap_or_else(PoisonError::into_inner) = config;
     }
 
-    fn get(&self) -> Arc<ServerConfig> {
+    /// The configuration new connections get.
+    pub(super) fn current(&self) -> Arc<ServerConfig> {
         self.0
             .read()
             .unwrap_or_else(PoisonError::into_inner)
@@ -144,7 +145,7 @@ async fn accept_loop(
                 continue;
             }
         };
-        let (app, acceptor, stop) = (app.clone(), TlsAcceptor::from(tls.get()), stop.clone());
+        let (app, acceptor, stop) = (app.clone(), TlsAcceptor::from(tls.current()), stop.clone());
         tasks.spawn(async move {
             connection(stream, acceptor, app, stop, limits).await;
             drop(slot);

@@ -52,3 +52,26 @@ fn webhook_names_are_dns_names_and_a_clash_is_refused() {
         "check-bucket.backups.kopf.dev"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_serving_certificate_is_renewed_from_the_same_ca_before_it_expires() {
+    let ca = Authority::generate().unwrap();
+    let names = vec!["127.0.0.1".to_owned()];
+    let tls = CurrentTls::new(ca.serve(&names).unwrap());
+    let first = tls.current();
+    let stop = CancellationToken::new();
+    let renewing = tokio::spawn(renew(ca, names, tls.clone(), stop.clone()));
+    // Just before the renewal: the same configuration; just after: a new one.
+    tokio::time::sleep(certs::SERVING_RENEWAL - Duration::from_secs(1)).await;
+    assert!(Arc::ptr_eq(&first, &tls.current()), "renewed too early");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let second = tls.current();
+    assert!(!Arc::ptr_eq(&first, &second), "not renewed");
+    // And again one period later; the task ends with the server.
+    tokio::time::sleep(certs::SERVING_RENEWAL).await;
+    assert!(!Arc::ptr_eq(&second, &tls.current()));
+    stop.cancel();
+    renewing.await.unwrap();
+    // The renewal is two thirds into the 90 days of validity: a month of margin.
+    assert_eq!(certs::SERVING_RENEWAL, Duration::from_secs(60 * 24 * 3600));
+}
