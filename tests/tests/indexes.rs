@@ -272,3 +272,62 @@ async fn an_index_keeps_only_the_objects_its_filters_match() -> anyhow::Result<(
     ns.cleanup().await?;
     Ok(())
 }
+
+/// Every object's name, under its `spec.field`: an index of the handlers' own kind.
+#[index]
+fn examples_by_field(obj: Arc<KopfExample>) -> Option<(String, String)> {
+    Some((obj.spec.field.clone()?, obj.metadata.name.clone()?))
+}
+
+/// For each version it is given: whether the index holds that version of the object (under its
+/// field) and no other (under any other field); appended to `status.index-lockstep` as
+/// `<field>:<ok|stale>`.
+#[kopf_runtime::reconcile(id = "index-lockstep")]
+async fn index_lockstep(
+    obj: Arc<KopfExample>,
+    by_field: Index<examples_by_field>,
+    journal: kopf_runtime::Data<Journal>,
+) -> Result<kopf_runtime::Action, HandlerError> {
+    let name = obj.metadata.name.clone().unwrap_or_default();
+    let field = obj.spec.field.clone().unwrap_or_default();
+    let here = by_field.get(&field).contains(&name);
+    let elsewhere =
+        (by_field.keys().into_iter()).any(|key| key != field && by_field.get(&key).contains(&name));
+    let verdict = if here && !elsewhere { "ok" } else { "stale" };
+    journal.record(&name, format!("{field}:{verdict}"));
+    Ok(kopf_runtime::Action::await_change())
+}
+
+#[tokio::test]
+async fn an_index_of_the_handlers_kind_is_in_lockstep_with_what_they_are_given()
+-> anyhow::Result<()> {
+    let (ns, api) = example_namespace().await?;
+    let journal = Journal::default();
+    let op = operator(&ns, &["index-lockstep"])
+        .await?
+        .index::<examples_by_field>()
+        .data(journal.clone())
+        .start()
+        .await?;
+    create(&api, "one", "v0").await?;
+    journal.wait_for("one", "v0:ok", 1).await;
+    // Versions in quick succession: whichever the handler is given, the index holds it.
+    let params = kube::api::PatchParams::default();
+    for i in 1..=20 {
+        let field = json!({"spec": {"field": format!("v{i}")}});
+        api.patch("one", &params, &kube::api::Patch::Merge(&field))
+            .await?;
+    }
+    journal.wait_for("one", "v20:ok", 1).await;
+    let stale: Vec<String> = (journal.of("one").into_iter())
+        .filter(|entry| entry.ends_with(":stale"))
+        .collect();
+    assert!(
+        stale.is_empty(),
+        "runs given a version the index did not hold: {stale:?}"
+    );
+
+    op.shutdown().await;
+    ns.cleanup().await?;
+    Ok(())
+}

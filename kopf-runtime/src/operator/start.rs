@@ -28,7 +28,8 @@ use super::ha::fence::Fence;
 use super::handle::{KindHandle, Operator};
 use super::health::{Health, KindHealth};
 use super::identity::Identity;
-use super::kind::relations::{self, Indexed, RelationHealth, Served};
+use super::kind::lockstep::Indexed;
+use super::kind::relations::{self, RelationHealth, Served};
 use super::kind::watch::Selection;
 use super::kind::{self, KindState, Shared};
 use super::limits::RateLimiter;
@@ -84,6 +85,8 @@ impl OperatorBuilder {
         }
         let fence = lease_settings.map(|_| Arc::new(Fence::default()));
         let (client, limiter, lease_client) = connect(&mut options, fence.clone()).await?;
+        // The kinds' watches see every object their indexes need unless they select or shard.
+        let lockstep = options.label_selector.is_none() && options.sharding.is_none();
         let replicas = Replicas::new(
             options.leader_election.take(),
             options.sharding.take(),
@@ -91,7 +94,9 @@ impl OperatorBuilder {
             fence,
         );
         let planned = plan(&options, handlers);
-        let relations = plan_relations(&options, &planned, &indexes);
+        let served: Vec<&ResourceInfo> = planned.iter().map(|(info, _, _)| info).collect();
+        let (fed, own) = kind::lockstep::split(indexes.clone(), &served, lockstep);
+        let relations = plan_relations(&options, &planned, &own);
         let metrics = (options.metrics).then(|| {
             OperatorMetrics::new(
                 options.metrics_registry.take(),
@@ -111,8 +116,8 @@ impl OperatorBuilder {
         let webhook = serve_webhooks(&options, &identity, &client, &admission, &probe_stop).await?;
         let shared = shared(&options, &identity, client, &replicas, &indexes);
         let server_timeout = options.watch_limits.server_timeout();
-        let launching = (&relations, indexes.as_slice(), server_timeout);
-        let (kinds, states, watches) = launch(&shared, planned, launching);
+        let launching = (&relations, own.as_slice(), server_timeout);
+        let (kinds, states, watches) = launch(&shared, (planned, fed), launching);
         attach_metrics(
             metrics.as_ref(),
             (&kinds, &relations),
@@ -308,12 +313,13 @@ async fn serve_webhooks(
     Ok(None)
 }
 
-/// Launches every kind: the handles, the states (which follow the scope) and the watch tasks.
-/// With the kinds, the watches that wake their reconcile handlers (children and related
-/// objects) and those that feed the indexes; `server_timeout` bounds each watch request.
+/// Launches every kind (with the indexes its watch feeds): the handles, the states (which follow
+/// the scope) and the watch tasks. With the kinds, the watches that wake their reconcile
+/// handlers (children and related objects) and those that feed the other indexes;
+/// `server_timeout` bounds each watch request.
 fn launch(
     shared: &Shared,
-    planned: Vec<Planned>,
+    (planned, mut fed): (Vec<Planned>, kind::lockstep::Fed),
     (relations, indexes, server_timeout): (&RelationHealth, &[Indexed], u32),
 ) -> (Vec<KindHandle>, Vec<Arc<KindState>>, Vec<AbortHandle>) {
     let mut kinds = Vec::new();
@@ -321,7 +327,13 @@ fn launch(
     let mut watches = Vec::new();
     let mut served = Vec::new();
     for (info, handlers, health) in planned {
-        let (state, watch) = kind::launch(shared, info.clone(), handlers.clone(), health.clone());
+        let own = fed.remove(&info).unwrap_or_default();
+        let (state, watch) = kind::launch(
+            shared,
+            info.clone(),
+            (handlers.clone(), own),
+            health.clone(),
+        );
         served.push((info, state.common.supervisor.clone(), handlers));
         states.push(state.clone());
         kinds.push(KindHandle {

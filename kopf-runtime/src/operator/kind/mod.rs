@@ -13,6 +13,7 @@
 
 pub(crate) mod common;
 pub(crate) mod effects;
+pub(crate) mod lockstep;
 mod outputs;
 pub(crate) mod queue;
 pub(crate) mod relations;
@@ -37,6 +38,7 @@ use tracing::{debug, error, warn};
 
 use self::common::KindCommon;
 use self::effects::Plan;
+use self::lockstep::Lockstep;
 use self::outputs::{Outputs, Retained};
 use self::queue::{Job, Queues, RunJob};
 use self::sharded::Sharded;
@@ -103,7 +105,7 @@ impl Shared {
 pub(crate) fn launch(
     shared: &Shared,
     info: ResourceInfo,
-    handlers: Vec<Arc<dyn ErasedHandler>>,
+    (handlers, indexes): (Vec<Arc<dyn ErasedHandler>>, lockstep::Indexes),
     health: Arc<KindHealth>,
 ) -> (Arc<KindState>, AbortHandle) {
     let checks = schema::Checks::of(&handlers);
@@ -144,7 +146,12 @@ pub(crate) fn launch(
         supervisor.pause(); // until this replica leads
         supervisor.set_clearance(clearance.clone());
     }
-    let state = Arc::new(KindState::new(info, supervisor, sink, shared));
+    let streams = match &shared.selection.namespaces {
+        selected if info.namespaced && !selected.is_empty() => selected.len(),
+        _ => 1,
+    };
+    let lockstep = Lockstep::new(indexes, streams);
+    let state = Arc::new(KindState::new(info, supervisor, sink, shared, lockstep));
     let (effects_state, effects_stop) = (state.clone(), state.common.queues.stopped());
     let outcomes = shared.outcomes.clone();
     tokio::spawn(async move {
@@ -200,6 +207,8 @@ pub(crate) struct KindState {
     foreign_seen: AtomicBool,
     /// What this replica serves of the kind (the watch follows it in server-side sharding).
     scope: tokio::sync::watch::Sender<Scope>,
+    /// The kind's indexes fed by its watch, before its handlers see a version.
+    lockstep: Lockstep,
 }
 
 impl KindState {
@@ -208,6 +217,7 @@ impl KindState {
         supervisor: Supervisor,
         sink: KubePatchSink,
         shared: &Shared,
+        lockstep: Lockstep,
     ) -> Self {
         let records = sink.records.clone();
         let finalizers = Finalizers::new(
@@ -239,6 +249,7 @@ impl KindState {
             events: shared.poster.clone(),
             foreign_seen: AtomicBool::new(false),
             scope: tokio::sync::watch::Sender::new(scope),
+            lockstep,
         }
     }
 
@@ -266,6 +277,7 @@ impl KindState {
         let uid = object.uid.clone();
         self.warn_if_foreign(&object, &view);
         self.common.records.seen(object, view);
+        self.lockstep.apply(&state, &self.common.info);
         self.common.supervisor.observe(state);
         self.enqueue(uid.clone(), Job::Sync);
         Some(uid)
@@ -398,6 +410,11 @@ impl Observer for KindState {
         }
     }
 
+    /// The kind's indexes count the stream as listed.
+    fn listed(&self) {
+        self.lockstep.listed();
+    }
+
     /// Another member serves the object now: its handlers stopped when the scope changed; its
     /// record goes (no finalizer is written), and any later version brings it back.
     fn release(self: &Arc<Self>, uid: &Arc<str>) {
@@ -409,6 +426,11 @@ impl Observer for KindState {
 
     /// A later version of a forgotten object (its label came back) is served again.
     fn forget(self: &Arc<Self>, uid: &Arc<str>, last: Option<&Value>) {
+        if !self.lockstep.is_empty()
+            && let Some(record) = self.common.records.get(uid)
+        {
+            self.lockstep.remove(&record.object);
+        }
         let view = last.map(FinalizerView::from_body);
         match view.as_ref().and_then(|v| v.resource_version.as_deref()) {
             Some(rv) => self.common.supervisor.gone_at(uid, rv),

@@ -30,6 +30,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::error;
 
 use super::Shared;
+use super::lockstep::Indexed;
 use super::watch::await_served;
 use crate::core::erased::ErasedHandler;
 use crate::core::reconcile::kinds::{Related, Trigger};
@@ -136,9 +137,6 @@ pub(crate) struct Served<'a> {
     pub(crate) supervisor: Supervisor,
     pub(crate) handlers: &'a [Arc<dyn ErasedHandler>],
 }
-
-/// An index the operator keeps, with the kind it is made of.
-pub(crate) type Indexed = (ResourceInfo, Arc<dyn ErasedIndex>);
 
 /// Starts the children's and related objects' watches of every served kind's reconcile
 /// handlers, and one watch per indexed kind feeding its indexes; `server_timeout` bounds each

@@ -102,7 +102,13 @@ fn kind_state(capture: &Capture, elected: bool) -> Arc<KindState> {
     };
     let (supervisor, _effects) =
         Supervisor::new(Vec::new(), Services::default(), shared.config.clone());
-    Arc::new(KindState::new(info, supervisor, sink, &shared))
+    Arc::new(KindState::new(
+        info,
+        supervisor,
+        sink,
+        &shared,
+        super::lockstep::Lockstep::default(),
+    ))
 }
 
 /// A version of object `u1` nested deeper than the decoder's limit.

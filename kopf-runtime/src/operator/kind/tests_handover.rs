@@ -176,7 +176,13 @@ fn sharded_kind(
         vec![Arc::new(Once(&FIRST)), Arc::new(Once(&SECOND))];
     let (supervisor, mut effects) =
         Supervisor::new(handlers, Services::default(), shared.config.clone());
-    let state = Arc::new(KindState::new(info, supervisor, sink, &shared));
+    let state = Arc::new(KindState::new(
+        info,
+        supervisor,
+        sink,
+        &shared,
+        super::lockstep::Lockstep::default(),
+    ));
     let (relayed, relayed_rx) = watch::channel(Relayed::default());
     let relay = Arc::clone(&state);
     tokio::spawn(async move {

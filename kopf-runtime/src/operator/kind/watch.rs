@@ -45,6 +45,8 @@ pub(crate) trait Observer: Send + Sync + 'static {
     fn forget(self: &Arc<Self>, uid: &Arc<str>, last: Option<&Value>);
     /// An object left this member's share of a sharded group: another member serves it now.
     fn release(self: &Arc<Self>, uid: &Arc<str>);
+    /// One of the kind's streams has listed for the first time.
+    fn listed(&self);
 }
 
 /// Serves one kind until the kind's stop token is cancelled.
@@ -249,6 +251,7 @@ impl<O: Observer> Stream<O> {
                     known = seen;
                     if !listed {
                         listed = true;
+                        observer.listed();
                         health.list_done();
                     }
                 }
