@@ -312,6 +312,7 @@ async fn cleanup_namespace(
     name: &str,
     strip: &[ApiResource],
 ) -> anyhow::Result<()> {
+    crate::webhook::remove_webhook_configurations_of(client, name).await?;
     for resource in strip {
         strip_finalizers(client, name, resource).await?;
     }

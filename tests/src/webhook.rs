@@ -7,7 +7,8 @@ use std::sync::Arc;
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
-use kube::api::{Api, DeleteParams};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::api::{Api, DeleteParams, ListParams};
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::net::TcpStream;
@@ -69,5 +70,59 @@ pub async fn remove_webhook_configurations(
     let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
     validating.delete(name, &DeleteParams::default()).await?;
     mutating.delete(name, &DeleteParams::default()).await?;
+    Ok(())
+}
+
+/// Deletes the webhook configurations that admit objects of `namespace` only (those of an
+/// operator serving that namespace alone, left behind by a test that failed before removing
+/// them): their server is gone, and a `Fail` policy would refuse the namespace's cleanup.
+pub(crate) async fn remove_webhook_configurations_of(
+    client: &kube::Client,
+    namespace: &str,
+) -> anyhow::Result<()> {
+    remove_if_only(client, namespace, |c: &ValidatingWebhookConfiguration| {
+        (c.webhooks.iter().flatten())
+            .map(|h| h.namespace_selector.clone())
+            .collect()
+    })
+    .await?;
+    remove_if_only(client, namespace, |c: &MutatingWebhookConfiguration| {
+        (c.webhooks.iter().flatten())
+            .map(|h| h.namespace_selector.clone())
+            .collect()
+    })
+    .await
+}
+
+/// Deletes the configurations of type `K` whose webhooks all select `namespace` alone.
+async fn remove_if_only<K>(
+    client: &kube::Client,
+    namespace: &str,
+    selectors: impl Fn(&K) -> Vec<Option<LabelSelector>>,
+) -> anyhow::Result<()>
+where
+    K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let only_this = |selector: &Option<LabelSelector>| {
+        let expressions = selector.as_ref().and_then(|s| s.match_expressions.as_ref());
+        expressions.is_some_and(|all| {
+            all.iter().any(|e| {
+                e.key == "kubernetes.io/metadata.name"
+                    && e.operator == "In"
+                    && e.values.as_deref() == Some(&[namespace.to_owned()])
+            })
+        })
+    };
+    let api: Api<K> = Api::all(client.clone());
+    for config in api.list(&ListParams::default()).await? {
+        let hooks = selectors(&config);
+        if !hooks.is_empty() && hooks.iter().all(only_this) {
+            let name = config.meta().name.clone().unwrap_or_default();
+            api.delete(&name, &DeleteParams::default()).await?;
+        }
+    }
     Ok(())
 }

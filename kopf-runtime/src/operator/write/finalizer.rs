@@ -112,6 +112,10 @@ impl Finalizers {
     /// What the finalizer of `uid` should be changed by, if anything.
     fn step(&self, uid: &Arc<str>) -> Option<(ObjectRef, Option<Value>)> {
         let r = self.records.get(uid)?;
+        if r.vanished {
+            // Nothing to write to an object that is gone; the watch's report drops the record.
+            return Some((r.object.clone(), None));
+        }
         let hold = self.supervisor.holds_finalizer(uid);
         let patch = if r.gone {
             // Still held while instances that held it are exiting: their exit sends another Sync.
@@ -228,9 +232,12 @@ impl Finalizers {
         }
     }
 
-    /// The object no longer exists (404 or another UID under its name).
+    /// The object no longer exists (404 or another UID under its name). Its record stays
+    /// until the watch reports the deletion (or a relist misses the object): the watch still
+    /// needs its name then (the kind's indexes take it out by name), and that report's sync
+    /// drops the record.
     fn vanished(&self, uid: &Arc<str>) {
-        self.records.remove(uid);
+        self.records.vanished(uid);
         self.supervisor.gone(uid);
     }
 }

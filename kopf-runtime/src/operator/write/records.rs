@@ -89,6 +89,10 @@ pub(crate) struct Record {
     pub(crate) view: FinalizerView,
     /// Deleted, or no longer listed/selected: the supervisor was told it is gone.
     pub(crate) gone: bool,
+    /// A write found it gone (404, or another UID under its name) before the watch said so:
+    /// nothing more is written for it, and the record stays until the watch's report, which
+    /// still needs the object's name (the kind's indexes take it out by name).
+    pub(crate) vanished: bool,
 }
 
 /// The records of one kind, by UID.
@@ -119,7 +123,7 @@ impl Records {
     /// The objects not gone, and how many of them carry `finalizer` (for `/metrics`).
     pub(crate) fn census(&self, finalizer: &str) -> (usize, usize) {
         let records = self.lock();
-        let live = records.values().filter(|r| !r.gone);
+        let live = records.values().filter(|r| !r.gone && !r.vanished);
         live.fold((0, 0), |(objects, held), r| {
             (objects + 1, held + usize::from(r.view.has(finalizer)))
         })
@@ -150,6 +154,7 @@ impl Records {
                     object,
                     view,
                     gone: false,
+                    vanished: false,
                 });
             }
         }
@@ -186,9 +191,17 @@ impl Records {
             .and_then(|r| r.view.resource_version.clone())
     }
 
-    /// Drops the record.
-    pub(crate) fn remove(&self, uid: &str) {
-        self.lock().remove(uid);
+    /// A write found the object gone: the record is dropped if the watch reported it gone
+    /// already, and otherwise kept (marked) until the watch does.
+    pub(crate) fn vanished(&self, uid: &str) {
+        let mut records = self.lock();
+        match records.get_mut(uid) {
+            Some(r) if r.gone => {
+                records.remove(uid);
+            }
+            Some(r) => r.vanished = true,
+            None => {}
+        }
     }
 
     /// Drops the record if it is marked gone.
@@ -242,6 +255,25 @@ mod tests {
         assert!(records.mark_gone("u", Some(view("2", &[]))));
         assert!(records.get("u").unwrap().gone);
         records.remove_if_gone("u");
+        assert_eq!(records.len(), 0);
+    }
+
+    #[test]
+    fn a_vanished_record_waits_for_the_watch() {
+        let records = Records::default();
+        records.seen(object(), view("1", &["x"]));
+        records.vanished("u");
+        records.remove_if_gone("u");
+        assert!(records.get("u").is_some_and(|r| r.vanished && !r.gone));
+        assert_eq!(records.census("x"), (0, 0));
+        // The watch's report: its sync drops the record.
+        assert!(records.mark_gone("u", None));
+        records.remove_if_gone("u");
+        assert_eq!(records.len(), 0);
+        // Reported first, then found gone by a write: dropped at once.
+        records.seen(object(), view("2", &["x"]));
+        assert!(records.mark_gone("u", None));
+        records.vanished("u");
         assert_eq!(records.len(), 0);
     }
 
