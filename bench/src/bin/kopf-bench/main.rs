@@ -4,12 +4,14 @@
 //! kopf-bench run [--scenarios timers,startup,...] [--n 100,1000] [--pairs 3] [--window 30]
 //!                [--arms kopf-rs,kopf-py,tokio,kube-loop,kube-store,kube-controller] [--out DIR] [--fresh] [--strict]
 //!                [--inproc-n 100k,1M] [--inproc-interval 1] [--edits 200]
+//!                [--admission-rate 200]
 //! kopf-bench report DIR
 //! ```
 //!
 //! `run` needs `KUBECONFIG` (the benchmark's own kube-testenv) and `BENCH_AUDIT_LOG` (its audit
 //! log); `bench/run` sets both up. See `bench/README.md`.
 
+mod admission;
 mod arms;
 mod audit;
 mod children;
@@ -25,6 +27,7 @@ mod shardlog;
 mod shards;
 mod steady;
 mod targets;
+mod webclient;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -48,6 +51,10 @@ struct RunArgs {
     window: Duration,
     /// Scenario 10's child edits.
     edits: usize,
+    /// Whether scenario 11 (admission) runs.
+    admission: bool,
+    /// Scenario 11's rates, requests per second.
+    admission_rates: Vec<usize>,
     arms: Option<Vec<Arm>>,
     out: PathBuf,
     fresh: bool,
@@ -86,6 +93,8 @@ fn parse_run(args: &[String]) -> anyhow::Result<RunArgs> {
         pairs: 3,
         window: Duration::from_secs(30),
         edits: children::DEFAULT_EDITS,
+        admission: false,
+        admission_rates: vec![admission::DEFAULT_RATE],
         arms: None,
         out: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("results/latest"),
         fresh: false,
@@ -101,6 +110,7 @@ fn parse_run(args: &[String]) -> anyhow::Result<RunArgs> {
                 for s in v.split(',') {
                     match inproc::Kind::parse(s) {
                         Some(k) => r.inproc.push(k),
+                        None if s == admission::SCENARIO || s == "11" => r.admission = true,
                         None => r.scenarios.push(Scenario::parse(s)?),
                     }
                 }
@@ -111,6 +121,7 @@ fn parse_run(args: &[String]) -> anyhow::Result<RunArgs> {
             "--pairs" => r.pairs = value()?.parse()?,
             "--window" => r.window = Duration::from_secs_f64(value()?.parse()?),
             "--edits" => r.edits = value()?.parse().context("--edits needs a count")?,
+            "--admission-rate" => r.admission_rates = list(value()?, parse_n)?,
             "--arms" => r.arms = Some(list(value()?, Arm::parse)?),
             "--out" => r.out = PathBuf::from(value()?),
             "--fresh" => r.fresh = true,
@@ -161,7 +172,12 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     } else {
         Results::default()
     };
+    let earlier_python = std::mem::take(&mut results.machine.python);
     results.machine = Machine::describe(&programs.bench_dir);
+    if results.machine.python.is_empty() {
+        // No venv this time (no kopf-py arm ran): the kept trials' Python is the one to show.
+        results.machine.python = earlier_python;
+    }
     let tmp = programs.bench_dir.join("results/tmp");
     let mut failures = 0;
     if !args.scenarios.is_empty() {
@@ -250,6 +266,19 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
                 .retain(|t| !(t.scenario == scenario && t.n == n));
             for pair in 0..args.pairs {
                 for trial in inproc::trial(&programs, kind, n, pair, timing, &tmp).await {
+                    record(&mut results, trial, &mut failures);
+                }
+                save(&results, &args.out)?;
+            }
+        }
+    }
+    if args.admission {
+        for &rate in &args.admission_rates {
+            results
+                .trials
+                .retain(|t| !(t.scenario == admission::SCENARIO && t.n == rate));
+            for pair in 0..args.pairs {
+                for trial in admission::trial(&programs, rate, pair, args.window, &tmp).await {
                     record(&mut results, trial, &mut failures);
                 }
                 save(&results, &args.out)?;

@@ -131,6 +131,18 @@ fn shown(scenario: &str) -> &'static [(&'static str, &'static str)] {
             ("exit_code", "exit code of the SIGTERMed leader"),
         ],
         "shards" => SHARDS,
+        "admission" => &[
+            ("p50_ms", "round trip p50 (ms)"),
+            ("p90_ms", "round trip p90 (ms)"),
+            ("p99_ms", "round trip p99 (ms)"),
+            ("max_ms", "round trip max (ms)"),
+            ("rate", "answered/s"),
+            ("rate_expected", "requests/s sent"),
+            ("failed", "failed"),
+            ("cores", "CPU (cores)"),
+            ("cpu_us_per_request", "CPU per request (µs)"),
+            ("rss_mb", "RSS (MB)"),
+        ],
         "children" => CHILDREN,
         "shutdown" => &[
             ("shutdown_s", "exit after SIGTERM (s)"),
@@ -193,6 +205,7 @@ fn title(scenario: &str) -> &'static str {
         "handover" => "8. Handover between elected replicas (N daemons, client-go timing)",
         "shards" => "9. Sharding: N daemons on 1, 3 and 4 members (client-go timing)",
         "children" => "10. Owned children: N parents × (ConfigMap, Secret, Service)",
+        "admission" => "11. Admission webhook round trip (TLS, N requests/s)",
         _ => "other",
     }
 }

@@ -73,7 +73,27 @@ fn targets(r: &Results) -> Vec<Target> {
     shutdown_targets(r, &mut out);
     inproc_targets(r, &mut out);
     children_targets(r, &mut out);
+    admission_targets(r, &mut out);
     out
+}
+
+/// Scenario 11: the round trip within 1.2× a bare axum handler's at p50 and p99 (per-pair
+/// ratios), and no failed admission.
+fn admission_targets(r: &Results, out: &mut Vec<Target>) {
+    let s = crate::admission::SCENARIO;
+    for (_, n) in r.groups().into_iter().filter(|(g, _)| g == s) {
+        for (metric, what) in [("p50_ms", "p50"), ("p99_ms", "p99")] {
+            let ratio = med(&r.ratios(s, n, "kopf-rs", "axum", metric));
+            let text = format!(
+                "S11 {n}/s: admission round trip {what} ≤ 1.2× a bare axum handler's (per-pair ratio)"
+            );
+            push(out, text, ratio, "×", &|v| v <= 1.2);
+        }
+        let failed = r.values(s, n, "kopf-rs", "failed");
+        let text = format!("S11 {n}/s: no failed admission (the worst pair)");
+        let worst = failed.iter().copied().reduce(f64::max);
+        push(out, text, worst, "", &|v| v == 0.0);
+    }
 }
 
 /// The targets of scenario 1 (timers): CPU, RSS, lateness, framework CPU per fire, and the
