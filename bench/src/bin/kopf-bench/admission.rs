@@ -14,13 +14,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use kopf_bench::procstat::{self, load_average};
+use kopf_bench::procstat;
 use kopf_bench::stats::quantile;
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::process::{Child, Command};
 
 use crate::arms::Programs;
-use crate::results::Trial;
+use crate::results::{Started, Trial};
 use crate::scenarios::Metrics;
 use crate::webclient::{Client, Load, load, review, write_certificates};
 
@@ -164,23 +164,9 @@ pub(crate) async fn trial(
     let mut out = Vec::new();
     for arm in order {
         let dir = tmp.join(format!("{SCENARIO}-{rate}-{arm}-{pair}"));
-        let load_before = load_average();
-        let started_unix = crate::now_unix();
+        let started = Started::now();
         let res = measure(programs, arm, (rate, window), &dir).await;
-        let mut trial = Trial {
-            scenario: SCENARIO.into(),
-            interval_s: None,
-            n: rate,
-            arm: arm.into(),
-            pair,
-            started_unix,
-            load_before,
-            load_after: load_average(),
-            metrics: Metrics::new(),
-            lateness_ms: Vec::new(),
-            notes: Vec::new(),
-            error: None,
-        };
+        let mut trial = Trial::ended(SCENARIO, rate, arm, pair, started);
         match res {
             Ok((m, notes)) => (trial.metrics, trial.notes) = (m, notes),
             Err(e) => trial.error = Some(format!("{e:#}")),

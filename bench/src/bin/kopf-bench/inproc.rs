@@ -16,10 +16,10 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use kopf_bench::procstat::{self, load_average};
+use kopf_bench::procstat;
 
 use crate::arms::Programs;
-use crate::results::Trial;
+use crate::results::{Started, Trial};
 use crate::scenarios::Metrics;
 
 /// Which population scenario 7 runs.
@@ -204,25 +204,12 @@ pub(crate) async fn trial(
     let mut out = Vec::new();
     for arm in ARMS {
         let dir = tmp.join(format!("{scenario}-{n}-{arm}-{pair}"));
-        let load_before = load_average();
-        let started_unix = crate::now_unix();
+        let started = Started::now();
         let (p, k, a, d) = (programs.clone(), kind, arm, dir.clone());
         let timing = (interval_s, window);
         let res = tokio::task::spawn_blocking(move || measure(&p, k, a, n, timing, &d)).await;
-        let mut trial = Trial {
-            scenario: scenario.clone(),
-            interval_s: Some(interval_s),
-            n,
-            arm: arm.into(),
-            pair,
-            started_unix,
-            load_before,
-            load_after: load_average(),
-            metrics: Metrics::new(),
-            lateness_ms: Vec::new(),
-            notes: Vec::new(),
-            error: None,
-        };
+        let mut trial = Trial::ended(scenario.clone(), n, arm, pair, started);
+        trial.interval_s = Some(interval_s);
         match res {
             Ok(Ok(m)) => trial.metrics = m,
             Ok(Err(e)) => trial.error = Some(format!("{e:#}")),

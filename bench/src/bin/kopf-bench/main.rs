@@ -33,10 +33,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use kopf_bench::procstat::load_average;
 
 use crate::arms::{Arm, Programs};
-use crate::results::{Machine, Results, Trial};
+use crate::results::{Machine, Results, Started, Trial};
 use crate::scenarios::{Ctx, Scenario};
 
 /// Parsed `run` options.
@@ -215,23 +214,10 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
                     };
                     for &arm in &order {
                         let dir = scenarios::trial_dir(&tmp, scenario, n, arm, pair);
-                        let load_before = load_average();
-                        let started_unix = now_unix();
+                        let started = Started::now();
                         let out = scenarios::trial(&ctx, scenario, n, arm, &dir).await;
-                        let mut trial = Trial {
-                            scenario: scenario.as_str().into(),
-                            interval_s: None,
-                            n,
-                            arm: arm.as_str().into(),
-                            pair,
-                            started_unix,
-                            load_before,
-                            load_after: load_average(),
-                            metrics: Default::default(),
-                            lateness_ms: Vec::new(),
-                            notes: Vec::new(),
-                            error: None,
-                        };
+                        let mut trial =
+                            Trial::ended(scenario.as_str(), n, arm.as_str(), pair, started);
                         match out {
                             Ok(o) => {
                                 trial.metrics = o.metrics;

@@ -3,6 +3,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use kopf_bench::procstat::load_average;
+
 use kopf_bench::stats::{Summary, summarize};
 use serde::{Deserialize, Serialize};
 
@@ -37,6 +39,50 @@ pub(crate) struct Trial {
     pub(crate) notes: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) error: Option<String>,
+}
+
+/// When a trial began, and the machine's load then.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Started {
+    unix: u64,
+    load: [f64; 3],
+}
+
+impl Started {
+    /// Now.
+    pub(crate) fn now() -> Self {
+        Self {
+            unix: crate::now_unix(),
+            load: load_average(),
+        }
+    }
+}
+
+impl Trial {
+    /// A trial of `arm` in `scenario` at `n`, round `pair`, begun at `started` and ended now,
+    /// with no metric yet.
+    pub(crate) fn ended(
+        scenario: impl Into<String>,
+        n: usize,
+        arm: impl Into<String>,
+        pair: usize,
+        started: Started,
+    ) -> Self {
+        Self {
+            scenario: scenario.into(),
+            interval_s: None,
+            n,
+            arm: arm.into(),
+            pair,
+            started_unix: started.unix,
+            load_before: started.load,
+            load_after: load_average(),
+            metrics: BTreeMap::new(),
+            lateness_ms: Vec::new(),
+            notes: Vec::new(),
+            error: None,
+        }
+    }
 }
 
 /// The machine the run was on.
