@@ -441,20 +441,7 @@ impl TestCa {
 
 /// The certificate the server on `port` presents now (DER), trusting `ca` (PEM).
 async fn presented(port: u16, ca: &str) -> anyhow::Result<Vec<u8>> {
-    use rustls::pki_types::pem::PemObject as _;
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(rustls::pki_types::CertificateDer::from_pem_slice(
-        ca.as_bytes(),
-    )?)?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-    let name = rustls::pki_types::ServerName::try_from("127.0.0.1")?;
-    let tls = connector.connect(name, tcp).await?;
+    let tls = kopf_tests::webhook_tls(port, ca.as_bytes()).await?;
     let (_, session) = tls.get_ref();
     let leaf = session.peer_certificates().and_then(|c| c.first());
     Ok(leaf.map(|c| c.to_vec()).unwrap_or_default())
