@@ -87,6 +87,7 @@ impl OperatorBuilder {
         let (client, limiter, lease_client) = connect(&mut options, fence.clone()).await?;
         // The kinds' watches see every object their indexes need unless they select or shard.
         let lockstep = options.label_selector.is_none() && options.sharding.is_none();
+        let unfenced = lease_client.clone();
         let replicas = Replicas::new(
             options.leader_election.take(),
             options.sharding.take(),
@@ -113,7 +114,8 @@ impl OperatorBuilder {
         });
         let probe_stop = CancellationToken::new();
         let health_addr = serve_probes(&options, &health, &probe_stop).await?;
-        let webhook = serve_webhooks(&options, &identity, &client, &admission, &probe_stop).await?;
+        let clients = (&client, unfenced, &replicas);
+        let webhook = serve_webhooks(&options, &identity, clients, &admission, &probe_stop).await?;
         let shared = shared(&options, &identity, client, &replicas, &indexes);
         let server_timeout = options.watch_limits.server_timeout();
         let launching = (&relations, own.as_slice(), server_timeout);
@@ -287,11 +289,12 @@ async fn serve_probes(
     Ok(None)
 }
 
-/// Starts the admission webhook server, if it is configured (every replica serves).
+/// Starts the admission webhook server, if it is configured (every replica serves; under
+/// leader election the leader keeps the configurations).
 async fn serve_webhooks(
     options: &Options,
     identity: &Identity,
-    client: &Client,
+    (client, unfenced, replicas): (&Client, Client, &Replicas),
     admission: &[crate::handler::admission::WebhookRegistration],
     stop: &CancellationToken,
 ) -> Result<Option<super::handle::Webhook>, OperatorError> {
@@ -299,6 +302,8 @@ async fn serve_webhooks(
     if let Some(settings) = &options.webhooks {
         let context = super::webhook::Context {
             client: client.clone(),
+            unfenced,
+            roles: replicas.roles(),
             operator: &identity.name,
             field_manager: &identity.field_manager,
             namespaces: &options.namespaces,
@@ -309,7 +314,9 @@ async fn serve_webhooks(
             .map_err(OperatorError::Webhook);
     }
     #[cfg(not(feature = "webhook"))]
-    let _unused = (options, identity, client, admission, stop);
+    let _unused = (
+        options, identity, client, unfenced, replicas, admission, stop,
+    );
     Ok(None)
 }
 

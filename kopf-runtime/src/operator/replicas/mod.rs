@@ -133,6 +133,15 @@ impl Replicas {
         !matches!(self, Self::Alone)
     }
 
+    /// This replica's role as it changes, with leader election.
+    #[cfg(feature = "webhook")]
+    pub(crate) fn roles(&self) -> Option<tokio::sync::watch::Receiver<Role>> {
+        match self {
+            Self::Elected(elector) => Some(elector.roles()),
+            _ => None,
+        }
+    }
+
     /// The role, with leader election.
     pub(crate) fn leadership(&self) -> Option<Leadership> {
         match self {

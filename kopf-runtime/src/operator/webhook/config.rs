@@ -165,11 +165,14 @@ fn mutating(common: &Common<'_>, handler: &WebhookRegistration) -> MutatingWebho
     }
 }
 
+/// The operator's two configurations, validating and mutating.
+pub(super) type Configurations = (ValidatingWebhookConfiguration, MutatingWebhookConfiguration);
+
 /// The two configurations for these handlers.
 pub(super) fn configurations(
     common: &Common<'_>,
     handlers: &[WebhookRegistration],
-) -> (ValidatingWebhookConfiguration, MutatingWebhookConfiguration) {
+) -> Configurations {
     let of = |kind| handlers.iter().filter(move |h| h.kind() == kind);
     let meta = || ObjectMeta {
         name: Some(common.name.to_owned()),
@@ -201,7 +204,7 @@ pub(super) fn configurations(
 pub(super) async fn apply(
     client: kube::Client,
     field_manager: &str,
-    (validating, mutating): (ValidatingWebhookConfiguration, MutatingWebhookConfiguration),
+    (validating, mutating): &Configurations,
 ) -> Result<(), WebhookError> {
     let params = PatchParams::apply(field_manager).force();
     let name = validating.metadata.name.clone().unwrap_or_default();
@@ -210,11 +213,11 @@ pub(super) async fn apply(
         source,
     };
     let api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-    let mut body = serde_json::to_value(&validating).map_err(WebhookError::Encode)?;
+    let mut body = serde_json::to_value(validating).map_err(WebhookError::Encode)?;
     typed(&mut body, "ValidatingWebhookConfiguration");
     (api.patch(&name, &params, &Patch::Apply(body)).await).map_err(configuration)?;
     let api: Api<MutatingWebhookConfiguration> = Api::all(client);
-    let mut body = serde_json::to_value(&mutating).map_err(WebhookError::Encode)?;
+    let mut body = serde_json::to_value(mutating).map_err(WebhookError::Encode)?;
     typed(&mut body, "MutatingWebhookConfiguration");
     (api.patch(&name, &params, &Patch::Apply(body)).await).map_err(configuration)?;
     Ok(())

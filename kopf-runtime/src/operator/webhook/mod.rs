@@ -9,7 +9,10 @@
 //! ```
 //!
 //! Every replica serves (standbys and sharding members too): reviews are stateless, so a
-//! rollout or a crash never leaves admission without a server while one replica runs.
+//! rollout or a crash never leaves admission without a server while one replica runs. Every
+//! replica reads (or first makes) the CA's Secret with the client the fence does not hold back;
+//! under leader election only the leader applies the configurations, each time it comes to
+//! lead (through the fenced client), so replicas of two versions never take turns rewriting them.
 
 mod certs;
 mod config;
@@ -24,9 +27,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::handler::admission::WebhookRegistration;
+use crate::operator::ha::report::Role;
 use certs::Authority;
 pub use error::WebhookError;
 use server::CurrentTls;
@@ -36,7 +41,12 @@ use settings::{Address, Certificates, url_host_port};
 
 /// What the operator knows when it starts the server.
 pub(crate) struct Context<'a> {
+    /// The operator's client: under leader election, it writes only while this replica leads.
     pub(crate) client: kube::Client,
+    /// A client the fence does not hold back, for the CA's Secret (every replica needs it).
+    pub(crate) unfenced: kube::Client,
+    /// This replica's role, under leader election: the configurations are then the leader's.
+    pub(crate) roles: Option<watch::Receiver<Role>>,
     pub(crate) operator: &'a str,
     pub(crate) field_manager: &'a str,
     pub(crate) namespaces: &'a [String],
@@ -80,7 +90,7 @@ pub(crate) async fn start(
         Certificates::SelfSigned(_) => {
             let secret = settings.ca_secret_of(context.operator);
             let ca = Authority::shared(
-                context.client.clone(),
+                context.unfenced.clone(),
                 (&secret.0, &secret.1),
                 context.operator,
             )
@@ -110,10 +120,54 @@ pub(crate) async fn start(
             namespaces: context.namespaces,
         };
         let configurations = config::configurations(&common, handlers);
-        config::apply(context.client, context.field_manager, configurations).await?;
+        let manager = context.field_manager.to_owned();
+        match context.roles {
+            None => config::apply(context.unfenced, &manager, &configurations).await?,
+            Some(roles) => {
+                let leading = apply_when_leading(roles, context.client, manager, configurations);
+                let stop = stop.clone();
+                tokio::spawn(async move { stop.run_until_cancelled(leading).await });
+            }
+        }
     }
     tracing::info!(addr = %bound, handlers = handlers.len(), "the webhook server has started");
     Ok((bound, drain))
+}
+
+/// How long a leader waits before it applies the configurations again after a failure.
+const APPLY_RETRY: Duration = Duration::from_secs(5);
+
+/// Under leader election: applies the configurations each time this replica comes to lead (a
+/// failure is logged and tried again while it leads), until the role stops changing.
+///
+/// # Cancellation safety
+/// Cancel safe: an apply cut short is made again by the next leader.
+async fn apply_when_leading(
+    mut roles: watch::Receiver<Role>,
+    client: kube::Client,
+    manager: String,
+    configurations: config::Configurations,
+) {
+    loop {
+        if roles.wait_for(|role| *role == Role::Leader).await.is_err() {
+            return;
+        }
+        loop {
+            match config::apply(client.clone(), &manager, &configurations).await {
+                Ok(()) => break,
+                Err(err) => {
+                    tracing::error!(error = %err, "cannot apply the webhook configurations; trying again")
+                }
+            }
+            let standing_by = roles.wait_for(|role| *role != Role::Leader);
+            if tokio::time::timeout(APPLY_RETRY, standing_by).await.is_ok() {
+                break;
+            }
+        }
+        if roles.wait_for(|role| *role != Role::Leader).await.is_err() {
+            return;
+        }
+    }
 }
 
 /// Issues a new serving certificate from the CA every [`certs::SERVING_RENEWAL`].
