@@ -8,3 +8,7 @@ pub mod handlers;
 // reconcile shape" says how to switch it on).
 #[cfg(feature = "reconcile")]
 pub mod reconcile;
+// The admission webhook: the API server asks the operator before it stores a `Backup` (the
+// README's "Admission webhooks" says how to switch it on).
+#[cfg(feature = "webhook")]
+pub mod webhook;

@@ -1,5 +1,6 @@
-//! Runs the operator: every handler of the library (those of `operator::handlers`, and with the
-//! `reconcile` feature that of `operator::reconcile`), until SIGINT or SIGTERM, then a
+//! Runs the operator: every handler of the library (those of `operator::handlers`, with the
+//! `reconcile` feature that of `operator::reconcile`, and with the `webhook` feature the webhook
+//! server of `operator::webhook`'s admission handler), until SIGINT or SIGTERM, then a
 //! graceful stop (every daemon is asked to stop; the finalizers stay, so the daemons resume
 //! when the operator starts again).
 //!
@@ -31,12 +32,14 @@ use operator as _;
 async fn main() -> anyhow::Result<()> {
     // A wrong flag or variable: a clear error and exit code 2.
     let args = OperatorArgs::parse();
-    Operator::builder()
+    let builder = Operator::builder()
         // The finalizer (kopf.dev/<name>) and the field manager: the package's name, whatever
         // the binary is called.
         .name(env!("CARGO_PKG_NAME"))
-        .args(&args)
-        .run()
-        .await?;
+        .args(&args);
+    // The `webhook` feature: the webhook server of `operator::webhook`'s admission handler.
+    #[cfg(feature = "webhook")]
+    let builder = builder.webhooks(operator::webhook::webhooks());
+    builder.run().await?;
     Ok(())
 }

@@ -172,6 +172,73 @@ async fn the_reconcile_handler_keeps_the_items_config_map() -> anyhow::Result<()
     delete_namespace(&client, &ns).await
 }
 
+/// With the `webhook` feature: the API server asks the operator's webhook server (on this
+/// machine's loopback, so the API server must run here too, as the kopf-rs testenv does) before
+/// it stores a `Backup`, and refuses one whose bucket is not a URL with the handler's message.
+#[cfg(feature = "webhook")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_webhook_refuses_a_bucket_that_is_not_a_url() -> anyhow::Result<()> {
+    use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+    use kopf_runtime::Webhooks;
+
+    let client = cluster().await?;
+    install_crd(&client).await?;
+    let ns = create_namespace(&client, "webhook").await?;
+    // A free port of the loopback, and an operator name of this test's own: the webhook
+    // configuration is named after the operator, and only admits objects of `ns`.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let name = format!("operator-test-{ns}");
+    let webhooks = Webhooks::url(format!("https://127.0.0.1:{port}"))
+        .ca_secret(ns.as_str(), "webhook-ca")
+        .handlers(["bucket_is_a_url"]);
+    let builder = Operator::builder()
+        .name(name.as_str())
+        .client(client.clone())
+        .namespaces([ns.as_str()])
+        .registry(&Registry::default())
+        .webhooks(webhooks)
+        .shutdown_timeout(Duration::from_secs(10));
+    let operator = LiveOperator::start(builder).await?;
+    let backups: Api<Backup> = Api::namespaced(client.clone(), &ns);
+    let backup = |name: &str, bucket: &str| {
+        let spec = BackupSpec {
+            bucket: bucket.to_owned(),
+            items: Vec::new(),
+        };
+        Backup::new(name, spec)
+    };
+
+    // Refused, once the API server has taken in the configuration (within a moment).
+    let deadline = tokio::time::Instant::now() + PROMPTLY;
+    let refusal = loop {
+        match backups
+            .create(&PostParams::default(), &backup("bad", "my-bucket"))
+            .await
+        {
+            Err(kube::Error::Api(status)) => break status.message,
+            Ok(_) if tokio::time::Instant::now() < deadline => {
+                backups.delete("bad", &DeleteParams::default()).await?;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Ok(_) => bail!("a Backup without a URL was admitted for {PROMPTLY:?}"),
+            Err(other) => return Err(other.into()),
+        }
+    };
+    assert!(refusal.contains("spec.bucket must be a URL"), "{refusal}");
+    // Admitted: a bucket that is a URL.
+    backups
+        .create(&PostParams::default(), &backup("good", "s3://my-bucket"))
+        .await?;
+
+    operator.stop().await;
+    Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .delete(&name, &DeleteParams::default())
+        .await?;
+    delete_namespace(&client, &ns).await
+}
+
 /// The client of `KUBECONFIG` (or of the pod's service account), with a clear error without one.
 async fn cluster() -> anyhow::Result<Client> {
     Client::try_default().await.context(

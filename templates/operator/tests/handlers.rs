@@ -65,3 +65,21 @@ fn the_child_config_map_lists_the_bucket_and_the_items() {
     // Its name, namespace and owner are `Children`'s to set.
     assert_eq!(config_map.metadata.name, None);
 }
+
+/// The admission handler, as a function: the `Backup`s it admits and the message it refuses
+/// the others with. (The API server calling it over HTTPS: `tests/cluster.rs`.)
+#[cfg(feature = "webhook")]
+#[test]
+fn the_webhook_admits_only_buckets_that_are_urls() {
+    use operator::webhook::bucket_is_a_url;
+    for good in ["s3://b", "gs://b/backups", "file:///var/backups"] {
+        assert!(bucket_is_a_url(&backup(good, &[])).is_ok(), "{good}");
+    }
+    for bad in ["b", "s3://", "http://b", ""] {
+        let refused = bucket_is_a_url(&backup(bad, &[])).expect_err(bad);
+        assert!(
+            refused.message().contains("spec.bucket must be a URL"),
+            "{bad}"
+        );
+    }
+}
