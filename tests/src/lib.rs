@@ -35,6 +35,7 @@
 
 mod client;
 mod crd;
+mod kubectl;
 mod namespace;
 pub mod proxy;
 mod testenv;
@@ -46,9 +47,10 @@ pub use client::{
     test_config, token_config,
 };
 pub use crd::{CRD_ESTABLISHED_TIMEOUT, FIELD_MANAGER, install_crd};
+pub use kubectl::kubectl;
 pub use namespace::{KEEP_NAMESPACES_ENV, TEST_NAMESPACE_LABEL, TestNamespace, is_not_found};
 pub use testenv::{TestEnv, TestEnvOptions, scripts_dir};
 pub use wait::{
     MAX_POLL_INTERVAL, MIN_POLL_INTERVAL, WaitTimeout, try_wait_for, wait_for, wait_until,
 };
-pub use webhook::{remove_webhook_configurations, webhook_tls};
+pub use webhook::{free_port, remove_webhook_configurations, webhook_tls};

@@ -14,6 +14,23 @@ use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 
+/// A port on the loopback that was free a moment ago: for a webhook server's URL.
+///
+/// # Panics
+///
+/// If the loopback has no free port.
+///
+/// # Examples
+///
+/// ```
+/// assert_ne!(kopf_tests::free_port(), 0);
+/// ```
+#[must_use]
+pub fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free loopback port");
+    listener.local_addr().expect("its address").port()
+}
+
 /// A TLS connection to `127.0.0.1:port`, verifying the server as `127.0.0.1` under `ca` (PEM)
 /// alone.
 ///

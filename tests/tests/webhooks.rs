@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kopf_examples::crd::{KopfExample, KopfExampleSpec};
 use kopf_runtime::{Operator, Rejection, Review, Warnings, Webhooks, mutate, validate};
-use kopf_tests::test_config;
+use kopf_tests::{free_port, kubectl, test_config};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use operator_common::*;
 use serde_json::json;
@@ -90,11 +90,6 @@ const HANDLERS: [&str; 6] = [
     "wh-guard",
 ];
 
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-    listener.local_addr().expect("its address").port()
-}
-
 /// An object of a built-in kind with only a name.
 fn named<K: Default + kube::Resource>(name: &str) -> K {
     let mut object = K::default();
@@ -136,30 +131,6 @@ fn refusal(result: Result<impl std::fmt::Debug, kube::Error>) -> String {
         Err(kube::Error::Api(status)) => status.message,
         other => format!("not refused: {other:?}"),
     }
-}
-
-/// `kubectl` with the test kubeconfig: (success, stdout + stderr).
-async fn kubectl(args: &[&str], stdin: &str) -> anyhow::Result<(bool, String)> {
-    use tokio::io::AsyncWriteExt as _;
-    // tools/kube-testenv/build.sh puts kubectl beside the API server it builds.
-    let default = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/kube-bin");
-    let bin = std::env::var("KUBE_BIN").unwrap_or_else(|_| default.to_owned());
-    let kubeconfig = std::env::var("KUBECONFIG")?;
-    let mut child = tokio::process::Command::new(format!("{bin}/kubectl"))
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()?;
-    let mut input = child.stdin.take().expect("piped");
-    input.write_all(stdin.as_bytes()).await?;
-    drop(input);
-    let out = child.wait_with_output().await?;
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    Ok((out.status.success(), text))
 }
 
 #[tokio::test]

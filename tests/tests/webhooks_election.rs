@@ -41,9 +41,7 @@ async fn replica(
     identity: &str,
 ) -> anyhow::Result<(Operator, u16)> {
     init_test_logging();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
+    let port = kopf_tests::free_port();
     let settings = Webhooks::url(format!("https://127.0.0.1:{port}"))
         .ca_secret(ns.name(), "whe-ca")
         .handlers(["whe-field"]);

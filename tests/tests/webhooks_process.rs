@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Secret;
 use kopf_examples::crd::{KopfExample, KopfExampleSpec};
 use kopf_runtime::{Operator, Rejection, Webhooks, validate};
-use kopf_tests::test_config;
+use kopf_tests::{free_port, test_config};
 use kube::api::{Api, DeleteParams, PostParams};
 use operator_common::*;
 use process_common::{Child, run_child, run_tests};
@@ -85,11 +85,6 @@ fn balance(listener: TcpListener, backends: Vec<u16>) -> tokio::task::JoinHandle
             });
         }
     })
-}
-
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-    listener.local_addr().expect("its address").port()
 }
 
 fn example(name: &str, field: &str) -> KopfExample {
