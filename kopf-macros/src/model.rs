@@ -214,6 +214,8 @@ pub(crate) enum AdmissionParam {
     RefMut,
     /// `Review<K>`: the operation, the old object, the user, the dry-run flag.
     Review,
+    /// `Connect<K>`: a connection to a subresource (validating handlers of `connect`).
+    Connect,
 }
 
 /// A checked `#[validate]` or `#[mutate]` function.
@@ -235,8 +237,10 @@ pub(crate) struct AdmissionModel {
     pub(crate) is_async: bool,
     /// The return type, where a wrong one is reported (`None`: `()`).
     pub(crate) output: Option<syn::Type>,
-    /// `Create`, `Update`, `Delete`: the variants of `Operation`.
+    /// `Create`, `Update`, `Delete`, or only `Connect`: the variants of `Operation`.
     pub(crate) operations: Vec<syn::Ident>,
+    /// The subresources a `connect` handler is asked about (`exec`, …; empty otherwise).
+    pub(crate) subresources: Vec<String>,
     /// Whether the API server admits what the handler cannot answer (failure policy `Ignore`).
     pub(crate) ignore_failures: bool,
     /// The time to answer, in whole seconds (1–30).

@@ -136,9 +136,10 @@
 //!   index of a kind's objects ([`IndexDef`] is what it implements); [`validate`] and
 //!   [`mutate`] for admission handlers.
 //! - **Admission**: what admission handlers take and return — [`Review`] with its
-//!   [`Operation`], [`Rejection`], [`Warnings`], [`AdmissionReturn`]; the [`admission`] module
-//!   has the rest (the registration and the request the server dispatches); with the `webhook`
-//!   feature, [`Webhooks`], the server's settings, and [`WebhookError`].
+//!   [`Operation`], [`Connect`] with its [`ConnectOptions`], [`Rejection`], [`Warnings`],
+//!   [`AdmissionReturn`]; the [`admission`] module has the rest (the registration and the
+//!   request the server dispatches); with the `webhook` feature, [`Webhooks`], the server's
+//!   settings, and [`WebhookError`].
 //! - **Injectable parameters**: [`Stopper`] with its [`StopReason`]; [`Patch`] (its writes fail
 //!   with a [`PatchError`]); [`Live`], [`Data`], [`Memo`], [`Events`] (failing with an
 //!   [`EventError`]), [`ObjectRef`], [`Retry`], [`Started`], [`Runtime`], a cron timer's
@@ -221,7 +222,9 @@ pub use crate::core::reconcile::action::Action;
 pub use crate::core::resource::ResourceInfo;
 pub use crate::core::sink::PatchError;
 pub use crate::core::stop::{StopReason, Stopper};
-pub use crate::handler::admission::{AdmissionReturn, Operation, Rejection, Review, Warnings};
+pub use crate::handler::admission::{
+    AdmissionReturn, Connect, ConnectOptions, Operation, Rejection, Review, Warnings,
+};
 pub use crate::handler::{
     BlockingSafe, Data, FieldChange, Inject, Live, Memo, Occurrence, Old, Patch, Registry,
     RegistryError, Retry, Runtime, SchemalessStatus, ScopeKind, Started, StaticResource,

@@ -1,5 +1,5 @@
-//! `#[validate(...)]` and `#[mutate(...)]`'s options as written: the id, the operations, the
-//! failure policy, the time to answer, the filters, and where kopf-runtime is.
+//! `#[validate(...)]` and `#[mutate(...)]`'s options as written: the id, the operations and
+//! subresources, the failure policy, the time to answer, the filters, and where kopf-runtime is.
 
 use darling::FromMeta;
 use darling::ast::NestedMeta;
@@ -15,6 +15,7 @@ use super::values::{Callable, CratePath};
 pub(crate) struct AdmissionArgs {
     pub(crate) id: Option<SpannedValue<String>>,
     pub(crate) operations: Option<SpannedValue<PathList>>,
+    pub(crate) subresources: Option<SpannedValue<PathList>>,
     pub(crate) failure_policy: Option<SpannedValue<String>>,
     pub(crate) timeout: Option<DurationArg>,
     pub(crate) labels: Option<SpannedValue<MetaArg>>,

@@ -27,6 +27,9 @@ pub(crate) fn generate(model: &AdmissionModel) -> TokenStream {
     };
     let timeout = model.timeout_seconds;
     let ignore = model.ignore_failures.then(|| quote!(.ignore_failures()));
+    let subresources = &model.subresources;
+    let subresources =
+        (!subresources.is_empty()).then(|| quote!(.subresources(&[#(#subresources),*])));
     let filters = (!model.labels.is_empty() || !model.annotations.is_empty()).then(|| {
         let labels = meta_filters(krate, &model.labels);
         let annotations = meta_filters(krate, &model.annotations);
@@ -54,6 +57,7 @@ pub(crate) fn generate(model: &AdmissionModel) -> TokenStream {
                     #call,
                 )
                 #ignore
+                #subresources
                 #filters
                 .timeout_seconds(#timeout)
             }
@@ -75,6 +79,7 @@ fn body(model: &AdmissionModel) -> TokenStream {
         AdmissionParam::Ref => quote!(&*__object),
         AdmissionParam::RefMut => quote!(&mut __object),
         AdmissionParam::Review => quote!(::std::clone::Clone::clone(&__review)),
+        AdmissionParam::Connect => quote!(__connect),
     });
     let wait = model.is_async.then(|| quote!(.await));
     // `when` is typed: checked on the decoded object; an object it refuses is admitted unasked.
@@ -91,6 +96,18 @@ fn body(model: &AdmissionModel) -> TokenStream {
         .output
         .as_ref()
         .map_or_else(|| name.span(), Spanned::span);
+    if model.params.contains(&AdmissionParam::Connect) {
+        // A connection's options, not an object: no `when`, nothing to mutate (both checked).
+        let answer = quote_spanned!(span=> #krate::__private::admission::validated(__answer));
+        return quote! {
+            let __connect = match request.connect::<#resource>() {
+                ::core::result::Result::Ok(connect) => connect,
+                ::core::result::Result::Err(verdict) => return verdict,
+            };
+            let __answer = #name(#(#args),*) #wait;
+            #answer
+        };
+    }
     let decode = quote! {
         let (__object, __review) = match request.decode::<#resource>() {
             ::core::result::Result::Ok(decoded) => decoded,

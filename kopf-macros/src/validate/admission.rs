@@ -1,6 +1,7 @@
 //! `#[validate]` / `#[mutate]` → [`AdmissionModel`]: the object taken as `Arc<K>` or `&K` (or
-//! `&mut K` to change it), optionally `Review<K>`; the operations, the failure policy and the
-//! time to answer. Every problem is reported at once, on its token.
+//! `&mut K` to change it), optionally `Review<K>`, or a connection as `Connect<K>`
+//! ([`super::connect`]); the operations, the failure policy and the time to answer. Every
+//! problem is reported at once, on its token.
 
 use proc_macro2::{Span, TokenStream};
 use quote::format_ident;
@@ -8,6 +9,7 @@ use syn::spanned::Spanned;
 use syn::{FnArg, ItemFn, ReturnType, Type};
 
 use super::common::{generic_of, id, krate};
+use super::connect::connect;
 use super::error::err;
 use super::filters::meta_filters;
 use crate::args::admission::{AdmissionArgs, parse};
@@ -62,6 +64,14 @@ pub(crate) fn admission(
         ));
     }
     let operations = errors.handle(operations(kind, &args)).unwrap_or_default();
+    // A mutating handler's `connect` is refused above; its `subresources` go with it.
+    let mutate_connect = kind == AdmissionKind::Mutate
+        && (args.operations.iter()).any(|list| list.iter().any(|op| op.is_ident("connect")));
+    let subresources = if unusable || mutate_connect {
+        Vec::new()
+    } else {
+        (errors.handle(connect(&args, &operations, &params, func))).unwrap_or_default()
+    };
     let ignore_failures = errors.handle(failure_policy(&args)).unwrap_or_default();
     let timeout_seconds = errors.handle(timeout(&args)).unwrap_or(10);
     let id = errors.handle(id(args.id.as_ref(), &func.sig.ident));
@@ -90,6 +100,7 @@ pub(crate) fn admission(
             ReturnType::Type(_, ty) => Some((**ty).clone()),
         },
         operations,
+        subresources,
         ignore_failures,
         timeout_seconds,
         labels: labels.unwrap_or_default(),
@@ -117,7 +128,8 @@ fn shape(kind: AdmissionKind) -> &'static str {
     match kind {
         AdmissionKind::Validate => {
             "a validating handler takes the object as `Arc<K>` or `&K`, and optionally \
-             `Review<K>` (the operation, the old object, the user, the dry-run flag)"
+             `Review<K>` (the operation, the old object, the user, the dry-run flag); or, \
+             for `operations(connect)`, `Connect<K>`"
         }
         AdmissionKind::Mutate => {
             "a mutating handler takes the object as `&mut K`, and optionally `Review<K>` (the \
@@ -161,7 +173,8 @@ fn param(kind: AdmissionKind, input: &FnArg) -> darling::Result<(AdmissionParam,
         Type::Reference(r) => Some((AdmissionParam::Ref, (*r.elem).clone())),
         _ => generic_of(ty, "Arc")
             .map(|k| (AdmissionParam::Arc, k))
-            .or_else(|| generic_of(ty, "Review").map(|k| (AdmissionParam::Review, k))),
+            .or_else(|| generic_of(ty, "Review").map(|k| (AdmissionParam::Review, k)))
+            .or_else(|| generic_of(ty, "Connect").map(|k| (AdmissionParam::Connect, k))),
     };
     let Some((param, resource)) = found else {
         return Err(err(shape(kind), ty.span()));
@@ -174,6 +187,11 @@ fn param(kind: AdmissionKind, input: &FnArg) -> darling::Result<(AdmissionParam,
         )),
         (AdmissionKind::Mutate, AdmissionParam::Arc | AdmissionParam::Ref) => Err(err(
             "a mutating handler takes the object once, as `&mut K`",
+            ty.span(),
+        )),
+        (AdmissionKind::Mutate, AdmissionParam::Connect) => Err(err(
+            "a mutating handler cannot take `Connect<K>`: a connection's options are not \
+             changed; check them with `#[validate(operations(connect), subresources(...))]`",
             ty.span(),
         )),
         _ => Ok((param, resource)),
@@ -207,10 +225,12 @@ fn operations(kind: AdmissionKind, args: &AdmissionArgs) -> darling::Result<Vec<
                 ));
                 continue;
             }
+            "connect" if kind == AdmissionKind::Validate => "Connect",
             "connect" => {
                 errors.push(err(
-                    "`connect` requests carry a connection's options (exec, attach, \
-                     port-forward), not the object: not supported",
+                    "a mutating handler cannot act on `connect`: a connection's options are \
+                     not changed; check them with `#[validate(operations(connect), \
+                     subresources(...))]`",
                     path.span(),
                 ));
                 continue;
@@ -218,8 +238,8 @@ fn operations(kind: AdmissionKind, args: &AdmissionArgs) -> darling::Result<Vec<
             _ => {
                 errors.push(err(
                     format!(
-                        "unknown operation `{}`: the operations are `create`, `update` and \
-                         `delete`",
+                        "unknown operation `{}`: the operations are `create`, `update`, \
+                         `delete` and `connect`",
                         quote::quote!(#path)
                     ),
                     path.span(),

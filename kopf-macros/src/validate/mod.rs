@@ -12,6 +12,7 @@
 //!     │                  └──▶ cron_fields.rs (which field is wrong, and why)
 //!     ├── change.rs    the change handlers: the watched field, Old/Diff/FieldChange
 //!     ├── reconcile.rs `#[reconcile]`: owns, watches, backoff_max, debounce, cleanup, returns
+//!     ├── admission.rs `#[validate]`, `#[mutate]` ──▶ connect.rs (`connect`, subresources)
 //!     └── error.rs     err: a message on a token (used by all of the above)
 //! ```
 //!
@@ -21,6 +22,7 @@
 pub(crate) mod admission;
 mod change;
 mod common;
+mod connect;
 mod cron;
 mod cron_fields;
 mod error;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kopf_runtime::admission::{WebhookKind, WebhookRegistration};
-use kopf_runtime::{Operation, Rejection, Review, Warnings, mutate, validate};
+use kopf_runtime::{Connect, Operation, Rejection, Review, Warnings, mutate, validate};
 
 #[validate]
 fn plain(_map: &ConfigMap) {}
@@ -36,6 +36,14 @@ async fn label(map: &mut ConfigMap) -> Warnings {
     Warnings::default()
 }
 
+#[validate(operations(connect), subresources(exec, attach))]
+async fn no_shells(connect: Connect<Pod>) -> Result<(), Rejection> {
+    match connect.options.command.first().map(String::as_str) {
+        Some("sh") => Err(Rejection::new(format!("no shells in {}", connect.name))),
+        _ => Ok(()),
+    }
+}
+
 fn main() {
     let all: Vec<&WebhookRegistration> = kopf_runtime::__private::inventory::iter::<WebhookRegistration>().collect();
     let find = |id: &str| all.iter().find(|r| r.id() == id).copied().expect(id);
@@ -48,4 +56,7 @@ fn main() {
     assert!(!find("label").ignores_failures());
     assert_eq!(find("filtered").object_filters().labels.len(), 2);
     assert_eq!(find("filtered").object_filters().annotations.len(), 1);
+    assert_eq!(find("no_shells").operations(), [Operation::Connect]);
+    assert_eq!(find("no_shells").subresource_names(), ["exec", "attach"]);
+    assert!(find("plain").subresource_names().is_empty());
 }

@@ -1,5 +1,5 @@
 //! Admission handlers: `#[validate]` and `#[mutate]` functions, what they are given
-//! ([`Review`], the object) and what they answer ([`Rejection`], [`Warnings`]).
+//! ([`Review`], the object; or [`Connect`]) and what they answer ([`Rejection`], [`Warnings`]).
 //!
 //! ```text
 //!  AdmissionReview ──► Request::decode::<K>() ──► the handler ──► Verdict ──► AdmissionResponse
@@ -10,11 +10,13 @@
 //! `webhook`); nothing here needs it, so the handlers are tested as plain functions.
 
 mod answer;
+mod connect;
 mod registration;
 mod request;
 mod review;
 
 pub use answer::{AdmissionReturn, Rejection, Warnings};
+pub use connect::{Connect, ConnectOptions};
 pub use k8s_openapi::api::authentication::v1::UserInfo;
 pub use registration::{Pending, WebhookKind, WebhookRegistration};
 pub use request::{Request, Verdict, mutated, snapshot, validated};

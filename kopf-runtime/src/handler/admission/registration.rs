@@ -41,6 +41,7 @@ pub struct WebhookRegistration {
     id: &'static str,
     kind: WebhookKind,
     operations: &'static [Operation],
+    subresources: &'static [&'static str],
     resource: fn() -> ResourceInfo,
     call: fn(Request) -> Pending,
     ignore_failures: bool,
@@ -81,6 +82,7 @@ impl WebhookRegistration {
             id,
             kind,
             operations,
+            subresources: &[],
             resource: K::resource_info,
             call,
             ignore_failures: false,
@@ -98,6 +100,14 @@ impl WebhookRegistration {
     #[must_use]
     pub const fn filters(mut self, filters: Filters) -> Self {
         self.filters = filters;
+        self
+    }
+
+    /// The same, for requests to these subresources of the kind (`exec`, `attach`,
+    /// `portforward`, `proxy`) instead of the kind itself: `CONNECT` requests.
+    #[must_use]
+    pub const fn subresources(mut self, subresources: &'static [&'static str]) -> Self {
+        self.subresources = subresources;
         self
     }
 
@@ -137,6 +147,12 @@ impl WebhookRegistration {
     #[must_use]
     pub fn operations(&self) -> &'static [Operation] {
         self.operations
+    }
+
+    /// The subresources it is called for (empty: the kind itself).
+    #[must_use]
+    pub fn subresource_names(&self) -> &'static [&'static str] {
+        self.subresources
     }
 
     /// The resource it is called for.
@@ -182,6 +198,7 @@ impl fmt::Debug for WebhookRegistration {
             .field("id", &self.id)
             .field("kind", &self.kind)
             .field("operations", &self.operations)
+            .field("subresources", &self.subresources)
             .field("ignore_failures", &self.ignore_failures)
             .field("timeout_seconds", &self.timeout_seconds)
             .finish_non_exhaustive()

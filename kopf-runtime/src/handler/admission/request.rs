@@ -9,6 +9,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::answer::AdmissionReturn;
+use super::connect::Connect;
 use super::review::{Operation, Review};
 use crate::core::filter::Filters;
 
@@ -28,14 +29,14 @@ impl Request {
         }
     }
 
-    /// The operation, if it is one handlers can be given (`CONNECT` is not).
+    /// The operation.
     #[must_use]
-    pub fn operation(&self) -> Option<Operation> {
+    pub fn operation(&self) -> Operation {
         match self.inner.operation {
-            WireOperation::Create => Some(Operation::Create),
-            WireOperation::Update => Some(Operation::Update),
-            WireOperation::Delete => Some(Operation::Delete),
-            WireOperation::Connect => None,
+            WireOperation::Create => Operation::Create,
+            WireOperation::Update => Operation::Update,
+            WireOperation::Delete => Operation::Delete,
+            WireOperation::Connect => Operation::Connect,
         }
     }
 
@@ -51,11 +52,17 @@ impl Request {
     /// A [`Verdict`] refusing the request, naming the object and why it cannot be decoded.
     pub fn decode<K: DeserializeOwned>(&self) -> Result<(K, Review<K>), Verdict> {
         let request = &*self.inner;
-        let Some(operation) = self.operation() else {
-            return Err(Verdict::error("CONNECT requests are not given to handlers"));
-        };
+        let operation = self.operation();
         let object = match operation {
             Operation::Delete => request.old_object.as_ref(),
+            Operation::Connect => {
+                return Err(Verdict::error(format!(
+                    "the CONNECT request for {} carries no object: it is for handlers taking \
+                     `Connect<K>`",
+                    self.describe()
+                ))
+                .code(400));
+            }
             _ => request.object.as_ref(),
         };
         let Some(object) = object else {
@@ -80,6 +87,43 @@ impl Request {
         Ok((object, review))
     }
 
+    /// A CONNECT request as [`Connect<K>`]: the subresource, the connection's options.
+    ///
+    /// # Errors
+    /// A [`Verdict`] refusing the request if it is not a CONNECT, or its options do not decode.
+    pub fn connect<K>(&self) -> Result<Connect<K>, Verdict> {
+        let request = &*self.inner;
+        let subresource = request.sub_resource.clone().unwrap_or_default();
+        if self.operation() != Operation::Connect {
+            return Err(Verdict::error(format!(
+                "the {} request for {} is not a CONNECT: handlers taking `Connect<K>` are \
+                 given only those",
+                self.operation(),
+                self.describe()
+            ))
+            .code(400));
+        }
+        let options = match &request.object {
+            Some(options) => serde_json::to_value(options),
+            None => Ok(serde_json::Value::Object(serde_json::Map::new())),
+        };
+        let connect = options
+            .and_then(|options| Connect::new(subresource, options))
+            .map_err(|e| {
+                Verdict::error(format!(
+                    "the options of the CONNECT request for {} do not decode: {e}",
+                    self.describe()
+                ))
+                .code(400)
+            })?;
+        Ok(connect.of(
+            request.name.clone(),
+            request.namespace.clone(),
+            request.user_info.clone(),
+            request.dry_run,
+        ))
+    }
+
     fn typed<K: DeserializeOwned>(&self, object: &DynamicObject) -> Result<K, Verdict> {
         serde_json::to_value(object)
             .and_then(serde_json::from_value)
@@ -99,7 +143,9 @@ impl Request {
     pub fn matches(&self, filters: &Filters) -> bool {
         let request = &*self.inner;
         let object = match self.operation() {
-            Some(Operation::Delete) => request.old_object.as_ref(),
+            Operation::Delete => request.old_object.as_ref(),
+            // The connection's options: no labels, no annotations.
+            Operation::Connect => None,
             _ => request.object.as_ref(),
         };
         let Some(meta) = object.map(|o| &o.metadata) else {
@@ -110,11 +156,14 @@ impl Request {
                 .all(|(key, f)| f.matches(entry(meta.annotations.as_ref(), key)))
     }
 
-    /// `<plural> <namespace>/<name>`, for messages.
+    /// `<plural> <namespace>/<name>` (`<plural>/<subresource>` for one), for messages.
     #[must_use]
     pub fn describe(&self) -> String {
         let request = &*self.inner;
-        let plural = &request.resource.resource;
+        let plural = match &request.sub_resource {
+            Some(sub) if !sub.is_empty() => format!("{}/{sub}", request.resource.resource),
+            _ => request.resource.resource.clone(),
+        };
         match &request.namespace {
             Some(ns) => format!("{plural} {ns}/{}", request.name),
             None => format!("{plural} {}", request.name),

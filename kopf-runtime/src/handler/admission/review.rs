@@ -21,16 +21,21 @@ pub enum Operation {
     Update,
     /// An object is deleted: the handler is given the object as it was.
     Delete,
+    /// A connection is opened to a subresource of an object (`kubectl exec`, `attach`,
+    /// `port-forward`, `proxy`): the handler is given [`Connect`](crate::Connect), not the
+    /// object.
+    Connect,
 }
 
 impl Operation {
-    /// The name the API server uses (`CREATE`, `UPDATE`, `DELETE`).
+    /// The name the API server uses (`CREATE`, `UPDATE`, `DELETE`, `CONNECT`).
     #[must_use]
     pub const fn as_str(self) -> &'static str {
         match self {
             Self::Create => "CREATE",
             Self::Update => "UPDATE",
             Self::Delete => "DELETE",
+            Self::Connect => "CONNECT",
         }
     }
 }

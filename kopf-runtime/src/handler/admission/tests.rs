@@ -112,3 +112,71 @@ fn a_mutation_becomes_the_patch_of_what_the_handler_changed_only() {
     let refused = mutated(&before, &object, Err::<(), _>(Rejection::new("no")));
     assert!(!refused.allowed && refused.patch.is_none());
 }
+
+/// A `kubectl exec` into pod `p` of `ns`, as the API server sends it.
+fn exec(options: &serde_json::Value) -> Request {
+    let review = json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": "u2", "kind": {"group": "", "version": "v1", "kind": "PodExecOptions"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "subResource": "exec", "name": "p", "namespace": "ns", "operation": "CONNECT",
+            "userInfo": {"username": "bob"}, "object": options, "dryRun": false,
+        }
+    });
+    let review: AdmissionReview<DynamicObject> = serde_json::from_value(review).unwrap();
+    Request::new(review.request.unwrap())
+}
+
+#[test]
+fn a_connect_gives_the_subresource_and_the_options_not_an_object() {
+    let options = json!({"apiVersion": "v1", "kind": "PodExecOptions",
+        "command": ["sh", "-c", "id"], "container": "app", "stdin": true, "tty": true});
+    let request = exec(&options);
+    assert_eq!(request.operation(), Operation::Connect);
+    assert_eq!(request.describe(), "pods/exec ns/p");
+    let connect = request
+        .connect::<k8s_openapi::api::core::v1::Pod>()
+        .unwrap();
+    assert_eq!(connect.subresource, "exec");
+    assert_eq!(
+        (connect.name.as_str(), connect.namespace.as_deref()),
+        ("p", Some("ns"))
+    );
+    assert_eq!(connect.user.username.as_deref(), Some("bob"));
+    assert_eq!(connect.options.command, ["sh", "-c", "id"]);
+    assert_eq!(connect.options.container.as_deref(), Some("app"));
+    assert!(connect.options.stdin && connect.options.tty && !connect.options.stdout);
+    // A connect carries no object: a handler taking one refuses it, and filters see no labels.
+    let verdict = request.decode::<ConfigMap>().unwrap_err();
+    assert_eq!(verdict.code, 400);
+    assert!(
+        verdict.message.contains("Connect<K>"),
+        "{}",
+        verdict.message
+    );
+    assert!(request.matches(&crate::core::filter::Filters {
+        labels: &[],
+        annotations: &[],
+        field: None,
+    }));
+}
+
+#[test]
+fn connect_options_of_the_wrong_shape_and_other_operations_are_refused_clearly() {
+    let bad = exec(&json!({"kind": "PodExecOptions", "command": "not a list"}));
+    let verdict = bad.connect::<ConfigMap>().unwrap_err();
+    assert_eq!(verdict.code, 400);
+    assert!(
+        verdict.message.contains("pods/exec ns/p") && verdict.message.contains("do not decode"),
+        "{}",
+        verdict.message
+    );
+    let create = request("CREATE", &map(&json!({})), &json!(null));
+    let verdict = create.connect::<ConfigMap>().unwrap_err();
+    assert!(
+        verdict.message.contains("not a CONNECT"),
+        "{}",
+        verdict.message
+    );
+}

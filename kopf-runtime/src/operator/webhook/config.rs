@@ -65,7 +65,12 @@ fn rules(handler: &WebhookRegistration) -> Vec<RuleWithOperations> {
     vec![RuleWithOperations {
         api_groups: Some(vec![resource.group.to_string()]),
         api_versions: Some(vec![resource.version.to_string()]),
-        resources: Some(vec![resource.plural.to_string()]),
+        resources: Some(match handler.subresource_names() {
+            [] => vec![resource.plural.to_string()],
+            subresources => (subresources.iter())
+                .map(|sub| format!("{}/{sub}", resource.plural))
+                .collect(),
+        }),
         operations: Some(
             (handler.operations().iter())
                 .map(|op| op.as_str().to_owned())

@@ -75,3 +75,47 @@ async fn the_serving_certificate_is_renewed_from_the_same_ca_before_it_expires()
     // The renewal is two thirds into the 90 days of validity: a month of margin.
     assert_eq!(certs::SERVING_RENEWAL, Duration::from_secs(60 * 24 * 3600));
 }
+
+#[test]
+fn a_connect_handler_is_asked_about_its_subresources_of_the_kind() {
+    use crate::Operation;
+    use crate::handler::admission::{Pending, Request, Verdict, WebhookKind};
+    use k8s_openapi::api::core::v1::Pod;
+    fn allow(_: Request) -> Pending {
+        Box::pin(async { Verdict::allow() })
+    }
+    let exec = WebhookRegistration::new::<Pod>(
+        "no-shells",
+        WebhookKind::Validating,
+        &[Operation::Connect],
+        allow,
+    )
+    .subresources(&["exec", "attach"]);
+    let plain = WebhookRegistration::new::<Pod>(
+        "pods",
+        WebhookKind::Validating,
+        &[Operation::Create],
+        allow,
+    );
+    let address = Address::Url("https://127.0.0.1:9443".into());
+    let common = config::Common {
+        name: "op",
+        address: &address,
+        ca_bundle: "",
+        namespaces: &[],
+    };
+    let (validating, _) = config::configurations(&common, &[exec, plain]);
+    let rules = |i: usize| {
+        let hooks = validating.webhooks.as_ref().unwrap();
+        let rule = hooks[i].rules.as_ref().unwrap()[0].clone();
+        (rule.resources.unwrap(), rule.operations.unwrap())
+    };
+    assert_eq!(
+        rules(0),
+        (
+            vec!["pods/exec".into(), "pods/attach".into()],
+            vec!["CONNECT".into()]
+        )
+    );
+    assert_eq!(rules(1), (vec!["pods".into()], vec!["CREATE".into()]));
+}

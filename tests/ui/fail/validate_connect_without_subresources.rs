@@ -1,0 +1,9 @@
+#![allow(unused)]
+
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kopf_runtime::{Connect, Rejection, mutate, validate};
+
+#[validate(operations(connect))]
+fn no_shells(connect: Connect<Pod>) {}
+
+fn main() {}
