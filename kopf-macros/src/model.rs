@@ -29,6 +29,8 @@ pub(crate) struct HandlerModel {
     pub(crate) cancellation_backoff: Option<Duration>,
     pub(crate) cancellation_timeout: Option<Duration>,
     pub(crate) cancellation_polling: Option<Duration>,
+    /// Daemons and timers: how late a wake-up may come, to share it with others.
+    pub(crate) slack: Option<Duration>,
     pub(crate) schedule: Schedule,
     pub(crate) labels: Vec<(String, MetaFilter)>,
     pub(crate) annotations: Vec<(String, MetaFilter)>,

@@ -548,3 +548,45 @@ async fn the_operator_s_default_backoff_applies_where_a_handler_sets_none() {
         "its own backoff wins"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_daemons_sleeps_with_a_slack_end_on_a_shared_grid() {
+    let d = |slack| {
+        daemon("d")
+            .with(move |s| s.slack = slack)
+            .run(|ctx| async move {
+                while !ctx.stopper().sleep(ms(330)).await {
+                    ctx.note("tick");
+                }
+                ok()
+            })
+    };
+    let ticks = |h: &Harness| {
+        let mut by: std::collections::BTreeMap<String, Vec<u64>> = Default::default();
+        for rec in h.log.all().into_iter().filter(|r| r.what == "tick") {
+            by.entry(rec.uid).or_default().push(rec.at);
+        }
+        by.into_values().collect::<Vec<_>>()
+    };
+    for slack in [None, Some(ms(100))] {
+        let h = Harness::new(vec![d(slack)]);
+        h.observe(&Obj::new("u1"));
+        h.at(40).await;
+        h.observe(&Obj::new("u2"));
+        h.at(1100).await;
+        let ticks = ticks(&h);
+        match slack {
+            // The positive control: each on its own schedule, 330 ms apart.
+            None => assert_eq!(ticks, vec![vec![330, 660, 990], vec![370, 700, 1030]]),
+            Some(_) => {
+                // Every sleep ends on a line of the same 100 ms grid: never early, less than
+                // 100 ms late, so both objects' ticks fall on shared instants.
+                let lines: std::collections::BTreeSet<u64> = ticks.concat().into_iter().collect();
+                let first = *lines.first().unwrap();
+                assert!(lines.iter().all(|t| (t - first) % 100 == 0), "{ticks:?}");
+                assert!((330..=430).contains(&ticks[0][0]), "{ticks:?}");
+                assert!((370..=470).contains(&ticks[1][0]), "{ticks:?}");
+            }
+        }
+    }
+}

@@ -450,3 +450,55 @@ async fn every_run_of_an_instance_logs_in_one_span_that_names_the_object() {
         );
     }
 }
+
+/// The call instants (ms) of `t` on each object, by object.
+fn calls_by_object(h: &Harness) -> Vec<(String, Vec<u64>)> {
+    let mut by: std::collections::BTreeMap<String, Vec<u64>> = Default::default();
+    for rec in h.log.all() {
+        if rec.handler == "t" && rec.what.starts_with("call r") {
+            by.entry(rec.uid).or_default().push(rec.at);
+        }
+    }
+    by.into_iter().collect()
+}
+
+/// Two objects 14 ms apart with a sharp 1 s timer (and a slack).
+async fn two_phases(slack: Option<std::time::Duration>) -> Vec<(String, Vec<u64>)> {
+    let t = timer("t").with(move |s| {
+        (s.schedule.interval, s.schedule.sharp, s.slack) = (Some(secs(1)), true, slack);
+    });
+    let h = Harness::new(vec![t]);
+    h.at(3).await;
+    h.observe(&Obj::new("u1"));
+    h.at(17).await;
+    h.observe(&Obj::new("u2"));
+    h.at(3100).await;
+    calls_by_object(&h)
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_a_slack_a_timers_runs_wake_on_a_shared_grid_never_early() {
+    // Without a slack (the positive control): on each object's own grid.
+    let exact = two_phases(None).await;
+    assert_eq!(
+        exact,
+        vec![
+            ("u1".into(), vec![3, 1003, 2003, 3003]),
+            ("u2".into(), vec![17, 1017, 2017, 3017]),
+        ]
+    );
+    // With 50 ms: the first runs are not delayed; every later one wakes on a line of the
+    // process's 50 ms grid (where the grid lies depends on the process, so the lines are
+    // learnt from the first wake-up), never before its tick and at most 50 ms after it (to the millisecond).
+    let slack = two_phases(Some(ms(50))).await;
+    let (u1, u2) = (&slack[0].1, &slack[1].1);
+    assert_eq!((u1[0], u2[0], u1.len(), u2.len()), (3, 17, 4, 4), "{slack:?}");
+    let line = u1[1] % 50;
+    for (calls, phase) in [(u1, 3), (u2, 17)] {
+        for (k, &at) in calls.iter().enumerate().skip(1) {
+            let tick = 1000 * k as u64 + phase;
+            assert!(at >= tick && at <= tick + 50, "{slack:?}");
+            assert_eq!(at % 50, line, "on the grid: {slack:?}");
+        }
+    }
+}

@@ -8,6 +8,8 @@
 //! namespace). `daemons-shard` runs them as one member of the sharded group `kopf-bench-shards`
 //! (client-go's default timing), with the identity in `BENCH_IDENTITY` (default: the operator's).
 //! `BENCH_METRICS=0` turns the operator's metrics off (to measure what they cost per fire).
+//! `BENCH_SLACK=10ms` or `50ms` runs scenario 2's daemon with that `slack` (its sleeps woken on
+//! a shared grid: what batching the wake-ups saves).
 //! `children` (scenario 10) reconciles each object's three children (a ConfigMap, a Secret and a
 //! Service, as the kube-rs `Controller` arm does) with `#[reconcile]` and `Children`.
 
@@ -65,6 +67,18 @@ async fn tick_daemon(obj: Arc<KopfExample>, stopper: Stopper) -> HandlerResult {
     Ok(())
 }
 
+/// Scenario 2 with `BENCH_SLACK=10ms`: the same daemon, its sleeps woken on a 10 ms grid.
+#[daemon(slack = "10ms")]
+async fn tick_daemon_slack10(obj: Arc<KopfExample>, stopper: Stopper) -> HandlerResult {
+    tick_daemon(obj, stopper).await
+}
+
+/// Scenario 2 with `BENCH_SLACK=50ms`: the same daemon, its sleeps woken on a 50 ms grid.
+#[daemon(slack = "50ms")]
+async fn tick_daemon_slack50(obj: Arc<KopfExample>, stopper: Stopper) -> HandlerResult {
+    tick_daemon(obj, stopper).await
+}
+
 /// Scenario 10: the object's three children, applied; looked at again in 300 s (as the kube-rs
 /// arm's `Action::requeue`), and whenever a child is changed by someone else.
 #[reconcile(owns(ConfigMap, Secret, Service), backoff = "1s", backoff_max = "5m")]
@@ -89,7 +103,13 @@ async fn main() -> anyhow::Result<()> {
     let id = match mode.as_str() {
         "timers" => "tick_timer",
         "timers-write" => "tick",
-        "daemons" | "daemons-ha" | "daemons-shard" => "tick_daemon",
+        "daemons" => match std::env::var("BENCH_SLACK").as_deref() {
+            Err(_) | Ok("" | "0") => "tick_daemon",
+            Ok("10ms") => "tick_daemon_slack10",
+            Ok("50ms") => "tick_daemon_slack50",
+            Ok(other) => bail!("BENCH_SLACK={other:?}: the daemons have slacks of 10ms and 50ms"),
+        },
+        "daemons-ha" | "daemons-shard" => "tick_daemon",
         "children" => "reconcile_children",
         other => bail!("unknown mode {other:?}"),
     };

@@ -44,6 +44,7 @@ pub(crate) struct RawArgs {
     pub(crate) cancellation_backoff: Option<DurationArg>,
     pub(crate) cancellation_timeout: Option<DurationArg>,
     pub(crate) cancellation_polling: Option<DurationArg>,
+    pub(crate) slack: Option<DurationArg>,
     pub(crate) interval: Option<DurationArg>,
     pub(crate) sharp: Option<SpannedValue<bool>>,
     pub(crate) idle: Option<DurationArg>,

@@ -173,6 +173,7 @@ pub(crate) fn spec(model: &HandlerModel) -> TokenStream {
         || quote!(#krate::engine::HandlerSpec::DEFAULT_CANCELLATION_POLLING),
         duration,
     );
+    let slack = opt_duration(model.slack);
     let schedule = schedule(model);
     let labels = meta_filters(krate, &model.labels);
     let annotations = meta_filters(krate, &model.annotations);
@@ -198,6 +199,7 @@ pub(crate) fn spec(model: &HandlerModel) -> TokenStream {
             cancellation_backoff: #cancellation_backoff,
             cancellation_timeout: #cancellation_timeout,
             cancellation_polling: #cancellation_polling,
+            slack: #slack,
             schedule: #schedule,
             change: #change,
             reconcile: #reconcile,

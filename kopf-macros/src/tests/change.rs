@@ -118,6 +118,10 @@ fn options_of_daemons_and_timers_are_named_on_change_handlers() {
             "`initial_delay` is a `#[daemon]` and `#[timer]` option",
         ),
         (quote!(finalizer = true), "`finalizer` does not apply"),
+        (
+            quote!(slack = "10ms"),
+            "`slack` is a `#[daemon]` and `#[timer]` option",
+        ),
     ];
     for kind in CHANGE_KINDS {
         for (args, expected) in &rejected {

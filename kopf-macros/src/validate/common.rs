@@ -38,13 +38,14 @@ pub(crate) fn id(
 
 /// Durations that cannot be zero.
 pub(crate) fn durations(args: &RawArgs) -> darling::Result<()> {
-    let positive: [(&str, Option<DurationArg>); 6] = [
+    let positive: [(&str, Option<DurationArg>); 7] = [
         ("interval", args.interval),
         ("idle", args.idle),
         ("jitter", args.jitter),
         ("timeout", args.timeout),
         ("retry_timeout", args.retry_timeout),
         ("cancellation_polling", args.cancellation_polling),
+        ("slack", args.slack),
     ];
     let mut errors = darling::Error::accumulator();
     for (name, value) in positive {

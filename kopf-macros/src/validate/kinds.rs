@@ -26,6 +26,10 @@ fn refused_by_reconcile(name: &str) -> Option<String> {
         "cancellation_polling" => {
             "a reconcile run is stopped with `cancellation_backoff` and `cancellation_timeout` only"
         }
+        "slack" => {
+            "a reconcile run starts when something changes, and its requeue and backoff are \
+             waited for on time"
+        }
         "initial_delay" => {
             "`#[reconcile]` runs as soon as the object appears; `debounce` waits for quiet after \
              each trigger"
@@ -85,6 +89,10 @@ pub(crate) fn refused_option(kind: Kind, name: &str) -> Option<String> {
         ));
     }
     match (name, kind) {
+        ("slack", kind) if kind.is_change() => Some(format!(
+            "`slack` is a `#[daemon]` and `#[timer]` option: `{attr}` runs as soon as the \
+             change is seen, with nothing to wake up for"
+        )),
         ("initial_delay", kind) if kind.is_change() => Some(format!(
             "`initial_delay` is a `#[daemon]` and `#[timer]` option: `{attr}` runs as soon as \
              the change is seen (`backoff` spaces its retries)"

@@ -8,7 +8,7 @@
 //!     ├── common.rs    id, durations, retries, errors, initial_delay, crate
 //!     ├── resource.rs  the object type, or group/version/plural/kind
 //!     ├── filters.rs   labels(...), annotations(...), field/value
-//!     ├── timer.rs     the schedule ──▶ cron.rs (cron, tz, missed)
+//!     ├── timer.rs     the schedule, slack ──▶ cron.rs (cron, tz, missed)
 //!     │                  └──▶ cron_fields.rs (which field is wrong, and why)
 //!     ├── change.rs    the change handlers: the watched field, Old/Diff/FieldChange
 //!     ├── reconcile.rs `#[reconcile]`: owns, watches, backoff_max, debounce, cleanup, returns
@@ -65,6 +65,7 @@ fn check(kind: Kind, args: &RawArgs, sig: &Signature, attr: Span) -> darling::Re
     let reconcile = errors.handle(reconcile::reconcile(kind, args, sig));
     errors.handle(change::params(kind, sig, args.field.is_some()));
     errors.handle(common::durations(args));
+    errors.handle(timer::slack(kind, args));
     errors.handle(common::retries(args.retries.as_ref()));
     errors.finish()?;
     let (
@@ -137,6 +138,7 @@ pub(crate) fn model(
         cancellation_backoff: args.cancellation_backoff.map(|d| d.value),
         cancellation_timeout: args.cancellation_timeout.map(|d| d.value),
         cancellation_polling: args.cancellation_polling.map(|d| d.value),
+        slack: args.slack.map(|d| d.value),
         schedule: checked.schedule,
         labels: checked.labels,
         annotations: checked.annotations,

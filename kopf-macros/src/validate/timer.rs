@@ -9,6 +9,43 @@ use crate::args::RawArgs;
 use crate::kind::Kind;
 use crate::model::Schedule;
 
+/// `slack`: whole milliseconds (tokio's timer resolution); on a timer, shorter than its
+/// `interval`, which it loosens (a timer without one has no wait to loosen).
+pub(crate) fn slack(kind: Kind, args: &RawArgs) -> darling::Result<()> {
+    let Some(slack) = args.slack else {
+        return Ok(());
+    };
+    if slack.value.subsec_nanos() % 1_000_000 != 0 {
+        return Err(err(
+            "`slack` is counted in whole milliseconds, tokio's timer resolution: write e.g. \
+             slack = \"50ms\"",
+            slack.span,
+        ));
+    }
+    if kind != Kind::Timer {
+        return Ok(());
+    }
+    match args.interval {
+        _ if args.cron.is_some() => Err(err(
+            "`slack` loosens the wait for a timer's next `interval`; cron occurrences are \
+             waited for on time (spread the runs of many objects with `jitter`)",
+            slack.span,
+        )),
+        None => Err(err(
+            "`slack` loosens the wait for a timer's next `interval`: this timer has none",
+            slack.span,
+        )),
+        Some(interval) if slack.value >= interval.value => Err(err(
+            format!(
+                "`slack` ({:?}) must be shorter than the `interval` ({:?}) it loosens",
+                slack.value, interval.value
+            ),
+            slack.span,
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
 /// A timer's schedule, checked for contradictions (the cron options in [`super::cron`]).
 pub(crate) fn schedule(kind: Kind, args: &RawArgs, attr: Span) -> darling::Result<Schedule> {
     if kind != Kind::Timer {

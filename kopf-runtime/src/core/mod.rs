@@ -27,6 +27,7 @@ pub(crate) mod reconcile;
 pub(crate) mod resource;
 pub(crate) mod result_patch;
 pub(crate) mod sink;
+pub(crate) mod slack;
 pub(crate) mod spec;
 pub(crate) mod stop;
 pub(crate) mod supervisor;

@@ -313,6 +313,9 @@ pub struct HandlerSpec {
     pub cancellation_timeout: Option<Duration>,
     /// How often a still-exiting task without a timeout is logged.
     pub cancellation_polling: Duration,
+    /// Daemons and timers: how late a wake-up may come (a timer's interval, a daemon's
+    /// [`Stopper::sleep`](crate::Stopper::sleep)) so that many share one; `None`: on time.
+    pub slack: Option<Duration>,
     /// The timer schedule (default for daemons).
     pub schedule: TimerSchedule,
     /// Declarative filters.
@@ -360,6 +363,7 @@ impl HandlerSpec {
             cancellation_backoff: None,
             cancellation_timeout: None,
             cancellation_polling: Self::DEFAULT_CANCELLATION_POLLING,
+            slack: None,
             schedule: TimerSchedule {
                 interval: None,
                 sharp: false,

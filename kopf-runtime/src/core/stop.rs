@@ -96,6 +96,8 @@ struct FlagState {
     notify: Notify,
     token: OnceLock<CancellationToken>,
     validity: OnceLock<Validity>,
+    /// How late [`Stopper::sleep`] may wake, in milliseconds (0: exactly on time).
+    slack_ms: u32,
 }
 
 /// The stop flag of one handler instance: async handlers await it, blocking handlers poll or
@@ -131,6 +133,39 @@ impl Stopper {
     #[must_use]
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A new flag whose [`Stopper::sleep`] may wake up to `slack` late (in whole milliseconds,
+    /// tokio's resolution; at most 49 days), so that the sleeps of many handlers end on the
+    /// same instants and the runtime wakes once for them all. A handler's `slack` option gives
+    /// its flags one.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
+    /// # use kopf_runtime::Stopper; use std::time::Duration; use tokio::time::Instant;
+    /// let stopper = Stopper::with_slack(Duration::from_millis(100));
+    /// assert_eq!(stopper.slack(), Duration::from_millis(100));
+    /// let start = Instant::now();
+    /// assert!(!stopper.sleep(Duration::from_millis(1_030)).await);
+    /// let slept = start.elapsed();
+    /// assert!(slept >= Duration::from_millis(1_030) && slept < Duration::from_millis(1_130));
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn with_slack(slack: Duration) -> Self {
+        let slack_ms = u32::try_from(slack.as_millis()).unwrap_or(u32::MAX);
+        Self {
+            inner: Arc::new(FlagState {
+                slack_ms,
+                ..FlagState::default()
+            }),
+        }
+    }
+
+    /// How late [`Stopper::sleep`] may wake ([`Duration::ZERO`]: on time, the default).
+    #[must_use]
+    pub fn slack(&self) -> Duration {
+        Duration::from_millis(u64::from(self.inner.slack_ms))
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -276,6 +311,9 @@ impl Stopper {
     /// The flag is checked again when the sleep ends, so a replica that wakes up past its
     /// validity (thawed after a freeze) returns `true` before the loop's next body can run.
     ///
+    /// With a [slack](Stopper::with_slack), the sleep ends on the first line of the process's
+    /// grid of that slack at or after `duration`: never early, less than the slack late.
+    ///
     /// # Cancellation safety
     /// This method is cancel safe.
     ///
@@ -288,7 +326,16 @@ impl Stopper {
     pub async fn sleep(&self, duration: Duration) -> bool {
         tokio::select! {
             () = self.stopped() => true,
-            () = tokio::time::sleep(duration) => self.is_stopped(),
+            () = tokio::time::sleep_until(self.wake_at(duration)) => self.is_stopped(),
+        }
+    }
+
+    /// When a sleep of `duration` from now ends, with the flag's slack.
+    fn wake_at(&self, duration: Duration) -> tokio::time::Instant {
+        let at = tokio::time::Instant::now() + duration;
+        match self.inner.slack_ms {
+            0 => at,
+            _ => crate::core::slack::wake_at(at, self.slack()),
         }
     }
 

@@ -330,7 +330,8 @@ impl SupervisorCore {
     }
 
     fn spawn(self: &Arc<Self>, entry: &mut ObjectEntry, index: usize, kind: InstanceKind) {
-        let shared = Arc::new(InstanceShared::default());
+        let slack = self.handlers[index].spec().slack;
+        let shared = Arc::new(InstanceShared::with_slack(slack));
         let runner = Runner::new(self, entry, index, Arc::clone(&shared));
         entry.slots[index].run = Run::Active(Active { shared });
         super::daemons::task::spawn(runner, kind);

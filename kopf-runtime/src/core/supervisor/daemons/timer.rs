@@ -6,12 +6,15 @@
 //!     --> cycle: invoke (retry after delay while retryable) --> next cycle
 //! ```
 //! A one-shot timer (`once`, or neither `interval` nor `idle`) ends after its first cycle; a
-//! permanent error ends the timer for this object.
+//! permanent error ends the timer for this object. With a `slack`, the interval's wait ends on
+//! the slack's grid (`core::slack`): a sharp grid does not move, a soft interval counts from
+//! the end of the run as always.
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::core::slack::wake_at;
 use crate::core::supervisor::rules::exit::Exit;
 use crate::core::supervisor::rules::schedule::{MIN_INTERVAL, draw_jitter, next_sharp_tick};
 use crate::core::supervisor::rules::verdict::Verdict;
@@ -104,7 +107,9 @@ async fn wait_for_next<R: Instance>(runner: &mut R, pos: &Position) -> Next {
             } else {
                 now + interval.max(MIN_INTERVAL)
             };
-            (runner.sleep_until(at).await, Some(at))
+            // Due at `at`; woken on the slack's grid (the lateness counts from `at`).
+            let wake = runner.spec().slack.map_or(at, |slack| wake_at(at, slack));
+            (runner.sleep_until(wake).await, Some(at))
         }
         None => (Box::pin(wait_for_change(runner, pos.changes)).await, None),
     };

@@ -27,6 +27,14 @@ pub(crate) struct InstanceShared {
 }
 
 impl InstanceShared {
+    /// The shared state of a new instance whose flag's sleeps may wake `slack` late.
+    pub(crate) fn with_slack(slack: Option<std::time::Duration>) -> Self {
+        Self {
+            stopper: slack.map_or_else(Stopper::new, Stopper::with_slack),
+            ..Self::default()
+        }
+    }
+
     fn current(&self) -> MutexGuard<'_, Option<Stopper>> {
         lock(&self.current)
     }
@@ -49,7 +57,7 @@ impl InstanceShared {
             return self.stopper.clone();
         }
         let mut current = self.current();
-        let stopper = Stopper::new();
+        let stopper = Stopper::with_slack(self.stopper.slack());
         if self.stopper.is_stopped() {
             stopper.stop(self.stopper.reason());
         }
