@@ -104,18 +104,41 @@ fn timer_schedule() {
 #[test]
 fn slack_loosens_a_timers_interval_and_a_daemons_sleeps() {
     let ms = std::time::Duration::from_millis;
-    let timer = build(Kind::Timer, quote!(interval = "1s", slack = "50ms"), pod_daemon());
+    let timer = build(
+        Kind::Timer,
+        quote!(interval = "1s", slack = "50ms"),
+        pod_daemon(),
+    );
     assert_eq!(timer.unwrap().slack, Some(ms(50)));
     let daemon = build(Kind::Daemon, quote!(slack = "20ms"), pod_daemon()).unwrap();
     assert_eq!(daemon.slack, Some(ms(20)));
-    assert_eq!(build(Kind::Daemon, quote!(), pod_daemon()).unwrap().slack, None);
+    assert_eq!(
+        build(Kind::Daemon, quote!(), pod_daemon()).unwrap().slack,
+        None
+    );
     let refused = [
-        (Kind::Timer, quote!(idle = "1m", slack = "10ms"), "this timer has none"),
-        (Kind::Timer, quote!(interval = "1s", slack = "1s"), "must be shorter"),
-        (Kind::Timer, quote!(cron = "@daily", slack = "10ms"), "cron occurrences"),
+        (
+            Kind::Timer,
+            quote!(idle = "1m", slack = "10ms"),
+            "this timer has none",
+        ),
+        (
+            Kind::Timer,
+            quote!(interval = "1s", slack = "1s"),
+            "must be shorter",
+        ),
+        (
+            Kind::Timer,
+            quote!(cron = "@daily", slack = "10ms"),
+            "cron occurrences",
+        ),
         (Kind::Daemon, quote!(slack = "1500us"), "whole milliseconds"),
         (Kind::Daemon, quote!(slack = "0s"), "longer than zero"),
-        (Kind::Reconcile, quote!(slack = "10ms"), "does not apply to `#[reconcile]`"),
+        (
+            Kind::Reconcile,
+            quote!(slack = "10ms"),
+            "does not apply to `#[reconcile]`",
+        ),
     ];
     for (kind, args, expected) in refused {
         let e = errors(kind, args.clone(), pod_daemon());

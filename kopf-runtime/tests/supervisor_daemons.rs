@@ -583,7 +583,10 @@ async fn a_daemons_sleeps_with_a_slack_end_on_a_shared_grid() {
                 // 100 ms late, so both objects' ticks fall on shared instants.
                 let lines: std::collections::BTreeSet<u64> = ticks.concat().into_iter().collect();
                 let first = *lines.first().unwrap();
-                assert!(lines.iter().all(|t| (t - first) % 100 == 0), "{ticks:?}");
+                assert!(
+                    lines.iter().all(|t| (t - first).is_multiple_of(100)),
+                    "{ticks:?}"
+                );
                 assert!((330..=430).contains(&ticks[0][0]), "{ticks:?}");
                 assert!((370..=470).contains(&ticks[1][0]), "{ticks:?}");
             }

@@ -492,7 +492,11 @@ async fn with_a_slack_a_timers_runs_wake_on_a_shared_grid_never_early() {
     // learnt from the first wake-up), never before its tick and at most 50 ms after it (to the millisecond).
     let slack = two_phases(Some(ms(50))).await;
     let (u1, u2) = (&slack[0].1, &slack[1].1);
-    assert_eq!((u1[0], u2[0], u1.len(), u2.len()), (3, 17, 4, 4), "{slack:?}");
+    assert_eq!(
+        (u1[0], u2[0], u1.len(), u2.len()),
+        (3, 17, 4, 4),
+        "{slack:?}"
+    );
     let line = u1[1] % 50;
     for (calls, phase) in [(u1, 3), (u2, 17)] {
         for (k, &at) in calls.iter().enumerate().skip(1) {
