@@ -26,6 +26,9 @@ fn epoch() -> Instant {
 /// When to wake for something wanted at `at` with this slack: the first line of the process's
 /// grid not before `at` (`at` itself with no slack).
 pub(crate) fn wake_at(at: Instant, slack: Duration) -> Instant {
+    if slack.is_zero() {
+        return at;
+    }
     coarsen(epoch(), at, slack)
 }
 

@@ -93,7 +93,6 @@ impl Request {
     /// A [`Verdict`] refusing the request if it is not a CONNECT, or its options do not decode.
     pub fn connect<K>(&self) -> Result<Connect<K>, Verdict> {
         let request = &*self.inner;
-        let subresource = request.sub_resource.clone().unwrap_or_default();
         if self.operation() != Operation::Connect {
             return Err(Verdict::error(format!(
                 "the {} request for {} is not a CONNECT: handlers taking `Connect<K>` are \
@@ -107,6 +106,7 @@ impl Request {
             Some(options) => serde_json::to_value(options),
             None => Ok(serde_json::Value::Object(serde_json::Map::new())),
         };
+        let subresource = request.sub_resource.clone().unwrap_or_default();
         let connect = options
             .and_then(|options| Connect::new(subresource, options))
             .map_err(|e| {
