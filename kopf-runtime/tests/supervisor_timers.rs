@@ -506,3 +506,30 @@ async fn with_a_slack_a_timers_runs_wake_on_a_shared_grid_never_early() {
         }
     }
 }
+
+/// Each fire gets the version the supervisor keeps: compacted, and read back whole; a new
+/// version is compacted too.
+#[tokio::test(start_paused = true)]
+async fn a_timer_gets_the_kept_version_compacted_and_whole() {
+    let t = timer("t")
+        .with(|s| s.schedule.interval = Some(secs(1)))
+        .run(|ctx| async move {
+            let (object, live) = (&ctx.inv.object, ctx.inv.live.borrow().clone());
+            let compacted = object.is_compacted() && live.is_compacted();
+            ctx.note(format!("{compacted} {}", live.body()["spec"]));
+            ok()
+        });
+    let h = Harness::new(vec![t]);
+    h.observe(&Obj::new("u1").spec(json!({"size": 3, "name": "a"})));
+    h.at(500).await;
+    h.observe(&Obj::new("u1").spec(json!({"size": 4, "name": "a"})));
+    h.at(1500).await;
+    let notes: Vec<_> = (h.log.events("t").into_iter())
+        .filter(|(_, what)| what.starts_with("true") || what.starts_with("false"))
+        .collect();
+    let expected = [
+        (0, r#"true {"name":"a","size":3}"#.to_owned()),
+        (1000, r#"true {"name":"a","size":4}"#.to_owned()),
+    ];
+    assert_eq!(notes, expected);
+}

@@ -62,7 +62,7 @@ impl ChangeContext {
     #[must_use]
     pub(crate) fn diff(&self, new: &Value) -> Diff {
         match &self.old {
-            Some(old) => Diff::of_essences(old.body(), new, &self.own_prefix),
+            Some(old) => Diff::of_essences(&old.body_value(), new, &self.own_prefix),
             None => Diff::unknown(),
         }
     }

@@ -43,8 +43,29 @@ pub enum ObjectError {
 
 type Decoded = Result<Arc<dyn Any + Send + Sync>, Arc<serde_json::Error>>;
 
+/// Deeper bodies are never compacted: the text could not be read back (serde_json's reader
+/// stops at 128 levels).
+const COMPACT_DEPTH: usize = 100;
+
+/// How a version keeps its JSON body.
+enum Body {
+    /// As a tree: what arrives, while the filters, the essence and the digests read it.
+    Tree(Arc<Value>),
+    /// As compact JSON text, once the supervisor has read the version
+    /// ([`ObjectState::compacted`]). The tree is parsed back only when [`ObjectState::body`]
+    /// (or a label, annotation or field) is asked for, and then kept with this version.
+    Text {
+        text: Box<str>,
+        tree: OnceLock<Arc<Value>>,
+    },
+}
+
 /// One version of an object: its identity, whether it is being deleted, and its JSON body
 /// (without `metadata.managedFields`). Typed views are decoded lazily and cached per type.
+///
+/// The supervisor keeps each version [compacted](ObjectState::compacted): the body as JSON
+/// text (a fifth of the tree's memory for a small object) beside the typed views its handlers
+/// decoded. Reading the body of such a version parses it again.
 ///
 /// ```
 /// use kopf_runtime::engine::ObjectState;
@@ -59,7 +80,8 @@ type Decoded = Result<Arc<dyn Any + Send + Sync>, Arc<serde_json::Error>>;
 pub struct ObjectState {
     reference: ObjectRef,
     deleting: bool,
-    body: Arc<Value>,
+    resource_version: Option<Box<str>>,
+    body: Body,
     /// The first type decoded (nearly always the only one): read without a lock.
     first: OnceLock<(TypeId, Decoded)>,
     /// Any further types.
@@ -105,7 +127,8 @@ impl ObjectState {
         Ok(Self {
             reference,
             deleting,
-            body: Arc::new(body),
+            resource_version: meta_str(&body, "resourceVersion").map(Into::into),
+            body: Body::Tree(Arc::new(body)),
             first: OnceLock::new(),
             decoded: Mutex::new(Vec::new()),
             identity_only: false,
@@ -124,10 +147,75 @@ impl ObjectState {
         self.deleting
     }
 
-    /// The JSON body.
+    /// The JSON body. A [compacted](ObjectState::compacted) version parses its text on the
+    /// first call and keeps the tree from then on.
     #[must_use]
     pub fn body(&self) -> &Arc<Value> {
-        &self.body
+        match &self.body {
+            Body::Tree(tree) => tree,
+            Body::Text { text, tree } => tree.get_or_init(|| Arc::new(parse_own(text))),
+        }
+    }
+
+    /// The JSON body, without keeping a tree parsed from a compacted version's text: for the
+    /// supervisor's own occasional readers, so that reading does not undo the compaction.
+    pub(crate) fn body_value(&self) -> Arc<Value> {
+        match &self.body {
+            Body::Tree(tree) => Arc::clone(tree),
+            Body::Text { text, tree } => tree
+                .get()
+                .map_or_else(|| Arc::new(parse_own(text)), Arc::clone),
+        }
+    }
+
+    /// Whether this version keeps its body as text (see [`ObjectState::compacted`]).
+    #[must_use]
+    pub fn is_compacted(&self) -> bool {
+        matches!(self.body, Body::Text { .. })
+    }
+
+    /// This version as the supervisor keeps it once it has read it: the body as compact JSON
+    /// text instead of a tree, and the typed views already decoded. Nothing is lost: the body
+    /// reads back the same, and a type not yet decoded is decoded from the text. A body nested
+    /// deeper than 100 levels stays a tree.
+    ///
+    /// ```
+    /// # use kopf_runtime::engine::ObjectState;
+    /// let obj = ObjectState::from_json(serde_json::json!({
+    ///     "metadata": {"name": "a", "uid": "u"}, "spec": {"size": 3}})).unwrap();
+    /// let kept = obj.compacted();
+    /// assert!(kept.is_compacted());
+    /// assert_eq!(kept.body(), obj.body());
+    /// assert_eq!(kept.decode::<serde_json::Value>().unwrap()["spec"]["size"], 3);
+    /// ```
+    #[must_use]
+    pub fn compacted(&self) -> Self {
+        let body = match &self.body {
+            Body::Text { text, .. } => Body::Text {
+                text: text.clone(),
+                tree: OnceLock::new(),
+            },
+            Body::Tree(tree) => match serde_json::to_string(&**tree) {
+                Ok(text) if within_depth(tree, COMPACT_DEPTH) => Body::Text {
+                    text: text.into_boxed_str(),
+                    tree: OnceLock::new(),
+                },
+                _ => Body::Tree(Arc::clone(tree)),
+            },
+        };
+        let first = OnceLock::new();
+        if let Some(decoded) = self.first.get() {
+            let _ = first.set(decoded.clone());
+        }
+        Self {
+            reference: self.reference.clone(),
+            deleting: self.deleting,
+            resource_version: self.resource_version.clone(),
+            body,
+            first,
+            decoded: Mutex::new(lock(&self.decoded).clone()),
+            identity_only: self.identity_only,
+        }
     }
 
     /// `metadata.resourceVersion`, if the body has one.
@@ -140,7 +228,7 @@ impl ObjectState {
     /// ```
     #[must_use]
     pub fn resource_version(&self) -> Option<&str> {
-        meta_str(&self.body, "resourceVersion")
+        self.resource_version.as_deref()
     }
 
     /// This version reduced to its identity: a body with only `metadata.name`, `namespace`,
@@ -148,15 +236,17 @@ impl ObjectState {
     /// matches and none runs for: the next version brings the whole body again.
     pub(crate) fn identity_only(&self) -> Self {
         let mut meta = serde_json::Map::new();
+        let body = self.body_value();
         for key in ["name", "namespace", "uid", "resourceVersion"] {
-            if let Some(value) = self.body.get("metadata").and_then(|m| m.get(key)) {
+            if let Some(value) = body.get("metadata").and_then(|m| m.get(key)) {
                 meta.insert(key.to_owned(), value.clone());
             }
         }
         Self {
             reference: self.reference.clone(),
             deleting: self.deleting,
-            body: Arc::new(serde_json::json!({ "metadata": meta })),
+            resource_version: self.resource_version.clone(),
+            body: Body::Tree(Arc::new(serde_json::json!({ "metadata": meta }))),
             first: OnceLock::new(),
             decoded: Mutex::new(Vec::new()),
             identity_only: true,
@@ -165,7 +255,7 @@ impl ObjectState {
 
     /// Whether `metadata.finalizers` lists `name`.
     pub(crate) fn has_finalizer(&self, name: &str) -> bool {
-        self.body
+        self.body_value()
             .get("metadata")
             .and_then(|m| m.get("finalizers"))
             .and_then(Value::as_array)
@@ -187,13 +277,17 @@ impl ObjectState {
     /// A label's value.
     #[must_use]
     pub fn label(&self, key: &str) -> Option<&str> {
-        self.body.get("metadata")?.get("labels")?.get(key)?.as_str()
+        self.body()
+            .get("metadata")?
+            .get("labels")?
+            .get(key)?
+            .as_str()
     }
 
     /// An annotation's value.
     #[must_use]
     pub fn annotation(&self, key: &str) -> Option<&str> {
-        self.body
+        self.body()
             .get("metadata")?
             .get("annotations")?
             .get(key)?
@@ -211,7 +305,7 @@ impl ObjectState {
     /// ```
     #[must_use]
     pub fn field(&self, path: &[&str]) -> Option<&Value> {
-        let mut v: &Value = &self.body;
+        let mut v: &Value = self.body();
         for seg in path {
             v = v.get(seg)?;
         }
@@ -238,7 +332,14 @@ impl ObjectState {
     {
         let tid = TypeId::of::<K>();
         let decode = || -> Decoded {
-            K::deserialize(&*self.body)
+            let decoded = match &self.body {
+                Body::Tree(tree) => K::deserialize(&**tree),
+                Body::Text { text, tree } => match tree.get() {
+                    Some(tree) => K::deserialize(&**tree),
+                    None => serde_json::from_str(text),
+                },
+            };
+            decoded
                 .map(|k| Arc::new(k) as Arc<dyn Any + Send + Sync>)
                 .map_err(Arc::new)
         };
@@ -260,5 +361,132 @@ impl ObjectState {
             any.downcast::<K>()
                 .unwrap_or_else(|_| unreachable!("decoded cache holds a K"))
         })
+    }
+}
+
+/// Reads back a body's text made by [`ObjectState::compacted`], which only compacts what reads
+/// back (serde_json's output, not too deep).
+fn parse_own(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|error| {
+        tracing::error!(%error, "a compacted object body does not read back");
+        Value::Null
+    })
+}
+
+/// Whether `value` nests at most `limit` arrays and objects deep.
+fn within_depth(value: &Value, limit: usize) -> bool {
+    match value {
+        Value::Array(items) => limit > 0 && items.iter().all(|v| within_depth(v, limit - 1)),
+        Value::Object(map) => limit > 0 && map.values().all(|v| within_depth(v, limit - 1)),
+        _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    impl ObjectState {
+        /// Whether a tree of the body is held (always, unless compacted and not read back).
+        fn holds_tree(&self) -> bool {
+            match &self.body {
+                Body::Tree(_) => true,
+                Body::Text { tree, .. } => tree.get().is_some(),
+            }
+        }
+    }
+
+    fn sample() -> ObjectState {
+        ObjectState::from_json(json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {
+                "name": "a", "namespace": "ns", "uid": "u", "resourceVersion": "7",
+                "deletionTimestamp": "2026-12-07T00:00:00Z",
+                "labels": {"app": "x"}, "annotations": {"note": "n"},
+                "finalizers": ["f"], "managedFields": [{"manager": "m"}],
+            },
+            "data": {"k": "v", "n": 1.5, "big": 18_446_744_073_709_551_615_u64},
+        }))
+        .expect("a valid object")
+    }
+
+    /// Nested `levels` objects deep.
+    fn nested(levels: usize) -> ObjectState {
+        let mut value = json!(1);
+        for _ in 1..levels {
+            value = json!({ "x": value });
+        }
+        ObjectState::from_json(json!({"metadata": {"name": "a", "uid": "u"}, "spec": value}))
+            .expect("a valid object")
+    }
+
+    #[test]
+    fn a_compacted_version_reads_the_same() {
+        let full = sample();
+        let kept = full.compacted();
+        assert!(kept.is_compacted() && !full.is_compacted());
+        assert_eq!(kept.reference(), full.reference());
+        assert_eq!(kept.is_deleting(), full.is_deleting());
+        assert_eq!(kept.resource_version(), Some("7"));
+        assert!(kept.has_finalizer("f") && !kept.has_finalizer("g"));
+        assert_eq!(kept.label("app"), Some("x"));
+        assert_eq!(kept.annotation("note"), Some("n"));
+        assert_eq!(kept.field(&["data", "big"]), full.field(&["data", "big"]));
+        assert_eq!(kept.body(), full.body());
+        assert_eq!(kept.compacted().body(), full.body());
+        assert!(
+            kept.body()
+                .get("metadata")
+                .and_then(|m| m.get("managedFields"))
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn decoding_a_compacted_version_decodes_its_text() {
+        let full = sample();
+        let decoded = full.decode::<Value>().expect("decodes");
+        let kept = full.compacted();
+        // A type decoded before is carried over, not decoded again.
+        let again = kept.decode::<Value>().expect("decodes");
+        assert!(Arc::ptr_eq(&decoded, &again));
+        // A type not decoded before is decoded from the text, without a tree.
+        let data = kept.decode::<Data>().expect("decodes");
+        assert_eq!(data.data.get("k"), Some(&json!("v")));
+        assert!(!kept.holds_tree());
+        assert!(kept.decode::<u32>().is_err() && full.decode::<u32>().is_err());
+    }
+
+    #[derive(serde::Deserialize)]
+    struct Data {
+        data: std::collections::BTreeMap<String, Value>,
+    }
+
+    #[test]
+    fn only_the_public_body_keeps_the_tree_it_reads_back() {
+        let kept = sample().compacted();
+        assert!(!kept.holds_tree());
+        assert_eq!(kept.body_value()["data"]["k"], "v");
+        assert!(kept.has_finalizer("f"));
+        assert!(
+            !kept.holds_tree(),
+            "the supervisor's own reads keep no tree"
+        );
+        assert_eq!(kept.label("app"), Some("x"));
+        assert!(
+            kept.holds_tree(),
+            "a borrowed read keeps it for the version's life"
+        );
+        assert!(Arc::ptr_eq(&kept.body_value(), kept.body()));
+    }
+
+    #[test]
+    fn a_body_too_deep_to_read_back_stays_a_tree() {
+        assert!(nested(COMPACT_DEPTH - 1).compacted().is_compacted());
+        let deep = nested(200);
+        let kept = deep.compacted();
+        assert!(!kept.is_compacted());
+        assert_eq!(kept.body(), deep.body());
     }
 }

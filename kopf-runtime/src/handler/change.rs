@@ -108,7 +108,7 @@ impl<K, T: DeserializeOwned> Inject<K> for FieldChange<T> {
 impl<K> Inject<K> for Diff {
     fn inject(invocation: &Invocation) -> Result<Self, HandlerError> {
         let context = change(invocation, "Diff")?;
-        Ok(context.diff(invocation.object.body()))
+        Ok(context.diff(&invocation.object.body_value()))
     }
 }
 

@@ -124,8 +124,8 @@ where
         };
         let object = &invocation.object;
         let reference = object.reference();
-        let labels = object
-            .field(&["metadata", "labels"])
+        let labels = (object.body_value().get("metadata"))
+            .and_then(|m| m.get("labels"))
             .and_then(|l| serde_json::from_value(l.clone()).ok())
             .unwrap_or_default();
         let owner = Owner {

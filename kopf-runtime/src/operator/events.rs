@@ -233,7 +233,7 @@ impl std::fmt::Debug for Events {
 impl Events {
     /// Events about `object`, posted with the operator's recorder.
     pub(crate) fn for_object(poster: Arc<EventPoster>, object: &ObjectState) -> Self {
-        let body = object.body();
+        let body = object.body_value();
         let reference = object.reference();
         let regarding = ObjectReference {
             api_version: body

@@ -77,6 +77,8 @@ impl SupervisorCore {
             essence::idle_fingerprint(object.body(), owner)
         });
         let uid = Arc::clone(&object.reference().uid);
+        // What is kept: the body as text, read back only by the occasional reader.
+        let kept = Arc::new(object.compacted());
         let mut state = self.lock();
         let rv = if object.is_deleting() {
             None // a deleting version never brings a gone object back
@@ -91,7 +93,7 @@ impl SupervisorCore {
         let entry = state
             .objects
             .entry(Arc::clone(&uid))
-            .or_insert_with(|| ObjectEntry::new(Arc::clone(&object), handlers));
+            .or_insert_with(|| ObjectEntry::new(Arc::clone(&kept), handlers));
         // Back after a deletion at an older version, or after it was released to another
         // replica (no tombstone then).
         let back = seen == Seen::Back || (entry.gone && seen == Seen::Live);
@@ -130,7 +132,7 @@ impl SupervisorCore {
                 });
             }
         }
-        entry.live.send_replace(object);
+        entry.live.send_replace(kept);
         self.reconcile(&mut state, &uid);
     }
 

@@ -178,7 +178,8 @@ impl ObjectChanges {
     fn load(&mut self, changes: &Changes, object: &ObjectState, deleting: bool, now: Timestamp) {
         let keys = &changes.keys;
         let reference = object.reference();
-        let stored_base = stored(object, keys, |k| &k.base).and_then(|(key, text)| {
+        let body = object.body_value();
+        let stored_base = stored(&body, keys, |k| &k.base).and_then(|(key, text)| {
             DiffBase::decode_for(text, &reference.uid)
                 .inspect_err(|err| {
                     tracing::warn!(object = %reference, annotation = %key,
@@ -188,7 +189,7 @@ impl ObjectChanges {
         });
         // None stored: this process's own write may not have been seen yet.
         self.base = stored_base.or(self.base.take());
-        let stored = stored(object, keys, |k| &k.progress).and_then(|(key, text)| {
+        let stored = stored(&body, keys, |k| &k.progress).and_then(|(key, text)| {
             Progress::decode_for(text, &reference.uid)
                 .inspect_err(|err| {
                     tracing::warn!(object = %reference, annotation = %key,
@@ -246,7 +247,8 @@ impl ObjectChanges {
                 return true;
             }
         }
-        let observed = changes.observed(facts.object.body(), self.digest);
+        let body = facts.object.body_value();
+        let observed = changes.observed(&body, self.digest);
         let inputs = Inputs {
             handlers: &changes.handlers,
             observed: &observed,
@@ -334,16 +336,22 @@ impl ObjectChanges {
 
 /// The annotation `key` of `keys` on `object`, or else the one of the earlier versions' keys.
 fn stored<'o>(
-    object: &'o ObjectState,
+    body: &'o Value,
     keys: &Keys,
     key: impl Fn(&Keys) -> &String,
 ) -> Option<(String, &'o str)> {
+    let annotation = |name: &str| {
+        body.get("metadata")?
+            .get("annotations")?
+            .get(name)?
+            .as_str()
+    };
     let current = key(keys);
-    if let Some(text) = object.annotation(current) {
+    if let Some(text) = annotation(current) {
         return Some((current.clone(), text));
     }
     let legacy = key(keys.legacy.as_deref()?);
-    object.annotation(legacy).map(|text| (legacy.clone(), text))
+    annotation(legacy).map(|text| (legacy.clone(), text))
 }
 
 /// What `reconcile` knows of an object for its changes.

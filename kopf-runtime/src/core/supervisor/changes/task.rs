@@ -174,7 +174,7 @@ impl ChangeTask {
                 self.current = Some(index);
                 let handler = &*self.inner.handlers[index];
                 let prefix = &self.inner.config.annotation_prefix;
-                let context = changes.context(handler, object.body(), cause, prefix);
+                let context = changes.context(handler, &object.body_value(), cause, prefix);
                 let started = monotonic_past(&self.inner.config.wall_clock, started);
                 changes.running = Some((index, started));
                 let shared = Arc::clone(&self.shared);
@@ -285,10 +285,7 @@ impl ChangeTask {
             let Some(entry) = state.objects.get(&self.uid) else {
                 return;
             };
-            (
-                entry.reference.clone(),
-                Arc::clone(entry.live.borrow().body()),
-            )
+            (entry.reference.clone(), entry.live.borrow().body_value())
         };
         let Some(changes) = self.inner.changes() else {
             return;

@@ -142,8 +142,8 @@ fn latest_missed<R: Instance>(
     now: Timestamp,
 ) -> Option<Timestamp> {
     let floor = last.or_else(|| {
-        let object = runner.live().borrow();
-        let created = object.body().get("metadata")?.get("creationTimestamp")?;
+        let body = runner.live().borrow().body_value();
+        let created = body.get("metadata")?.get("creationTimestamp")?;
         created.as_str()?.parse().ok()
     })?;
     plan.latest_until(now).filter(|due| *due > floor)
