@@ -128,6 +128,7 @@ pub use crate::core::diff::{ChangeContext, FieldValues};
 pub use crate::core::effects::Effect;
 pub use crate::core::erased::{ErasedHandler, Invocation, MatchError, Services};
 pub use crate::core::filter::{FieldFilter, Filters, JsonLiteral, MetaFilter, ValueFilter};
+pub use crate::core::latest::{Closed, ObjectSender, ObjectWatch};
 pub use crate::core::memo::ObjectMemo;
 pub use crate::core::object::{ObjectError, ObjectState};
 pub use crate::core::reconcile::kinds::{KindRef, Related, Target, Trigger};

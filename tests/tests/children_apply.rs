@@ -146,7 +146,7 @@ async fn a_handler_takes_children_by_injection_and_they_go_with_the_owner() -> a
     services.insert(ns.client().clone());
     services.insert(ChildWrites::new(MANAGER));
     let object = Arc::new(ObjectState::from_json(serde_json::to_value(&owner)?)?);
-    let (_tx, live) = tokio::sync::watch::channel(object.clone());
+    let (_tx, live) = kopf_runtime::engine::ObjectWatch::channel(object.clone());
     let invocation = Invocation {
         object,
         live,

@@ -8,14 +8,14 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kopf_runtime::engine::{
-    Call, ErasedHandler, Invocation, MatchError, ObjectState, Output, Services,
+    Call, ErasedHandler, Invocation, MatchError, ObjectSender, ObjectState, ObjectWatch, Output,
+    Services,
 };
 use kopf_runtime::{
     Data, ErrorKind, HandlerError, Live, ObjectRef, Patch, Registry, Retry, Runtime, Started,
     Stopper, daemon, timer,
 };
 use serde_json::{Value, json};
-use tokio::sync::watch;
 use tokio::time::Instant;
 
 fn is_v2(value: Option<&str>) -> bool {
@@ -131,12 +131,9 @@ fn matching() -> ObjectState {
     )
 }
 
-fn invocation(
-    object: ObjectState,
-    services: Services,
-) -> (Invocation, watch::Sender<Arc<ObjectState>>) {
+fn invocation(object: ObjectState, services: Services) -> (Invocation, ObjectSender) {
     let object = Arc::new(object);
-    let (tx, live) = watch::channel(object.clone());
+    let (tx, live) = ObjectWatch::channel(object.clone());
     let invocation = Invocation {
         object,
         live,
@@ -317,8 +314,7 @@ async fn live_follows_new_versions() {
     let call = handler("follows").invoke(invocation).unwrap();
     let mut body = matching().body().as_ref().clone();
     body["metadata"]["resourceVersion"] = json!("2");
-    tx.send(Arc::new(ObjectState::from_json(body).unwrap()))
-        .unwrap();
+    tx.send_replace(Arc::new(ObjectState::from_json(body).unwrap()));
     let output = run(call).await.unwrap();
     assert_eq!(output.patch, Some(json!({"status": {"version": "2"}})));
 }

@@ -8,10 +8,10 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
 use tokio::time::Instant;
 
 pub(crate) use super::call::{Call, Output};
+use super::latest::ObjectWatch;
 use super::object::ObjectState;
 use super::outcome::HandlerError;
 use super::spec::HandlerSpec;
@@ -89,7 +89,7 @@ pub struct Invocation {
     /// The object as it was when this invocation started.
     pub object: Arc<ObjectState>,
     /// The latest version of the object (updated on every watch event).
-    pub live: watch::Receiver<Arc<ObjectState>>,
+    pub live: ObjectWatch,
     /// This invocation's stop flag: it gets the instance's stop reasons (deleted, mismatch,
     /// pausing, exiting) as they happen, plus `HANDLER_TIMEOUT` and the ladder's steps for this
     /// invocation only; a retry gets a fresh flag.

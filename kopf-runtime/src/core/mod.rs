@@ -19,6 +19,7 @@ pub(crate) mod filter;
 pub(crate) mod hash;
 pub(crate) mod index;
 pub(crate) mod keys;
+pub(crate) mod latest;
 pub(crate) mod location;
 pub(crate) mod memo;
 pub(crate) mod object;

@@ -57,7 +57,7 @@ fn pod(name: &str, node: &serde_json::Value) -> Arc<ObjectState> {
 
 fn invocation(services: Services) -> Invocation {
     let object = pod("a", &json!("n1"));
-    let (_tx, live) = watch::channel(object.clone());
+    let (_tx, live) = crate::core::latest::ObjectWatch::channel(object.clone());
     Invocation {
         object,
         live,

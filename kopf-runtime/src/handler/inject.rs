@@ -41,7 +41,7 @@ use crate::core::stop::Stopper;
 ///
 /// # let object = std::sync::Arc::new(kopf_runtime::engine::ObjectState::from_json(
 /// #     serde_json::json!({"metadata": {"name": "a", "uid": "u"}})).unwrap());
-/// # let (_tx, live) = tokio::sync::watch::channel(object.clone());
+/// # let (_tx, live) = kopf_runtime::engine::ObjectWatch::channel(object.clone());
 /// # let invocation = Invocation { object, live, stopper: kopf_runtime::Stopper::new(),
 /// #     retry: 0, started: tokio::time::Instant::now(), services: Default::default(),
 /// #     span: tracing::Span::none(), memo: Default::default(), occurrence: None, change: None };
@@ -148,7 +148,7 @@ pub struct Occurrence(pub jiff::Timestamp);
 /// services.insert(Settings { greeting: "hi".into() });
 /// # let object = Arc::new(kopf_runtime::engine::ObjectState::from_json(
 /// #     serde_json::json!({"metadata": {"name": "a", "uid": "u"}})).unwrap());
-/// # let (_tx, live) = tokio::sync::watch::channel(object.clone());
+/// # let (_tx, live) = kopf_runtime::engine::ObjectWatch::channel(object.clone());
 /// # let invocation = Invocation { object, live, stopper: Stopper::new(), retry: 0,
 /// #     started: tokio::time::Instant::now(), services, span: tracing::Span::none(),
 /// #     memo: Default::default(), occurrence: None, change: None };

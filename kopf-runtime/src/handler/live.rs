@@ -5,8 +5,8 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use serde::de::DeserializeOwned;
-use tokio::sync::watch;
 
+use crate::core::latest::ObjectWatch;
 use crate::core::object::ObjectState;
 
 /// The latest version of the handler's object, updated on every watch event while the handler
@@ -19,17 +19,17 @@ use crate::core::object::ObjectState;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
 /// use std::sync::Arc;
 /// use kopf_runtime::Live;
-/// use kopf_runtime::engine::ObjectState;
+/// use kopf_runtime::engine::{ObjectState, ObjectWatch};
 /// use k8s_openapi::api::core::v1::ConfigMap;
 /// use serde_json::json;
 ///
 /// let v1 = json!({"metadata": {"name": "a", "uid": "u", "resourceVersion": "1"}});
-/// let (tx, rx) = tokio::sync::watch::channel(Arc::new(ObjectState::from_json(v1).unwrap()));
+/// let (tx, rx) = ObjectWatch::channel(Arc::new(ObjectState::from_json(v1).unwrap()));
 /// let mut live = Live::<ConfigMap>::new(rx).unwrap();
 /// assert_eq!(live.get().metadata.resource_version.as_deref(), Some("1"));
 ///
 /// let v2 = json!({"metadata": {"name": "a", "uid": "u", "resourceVersion": "2"}});
-/// tx.send(Arc::new(ObjectState::from_json(v2).unwrap())).unwrap();
+/// tx.send_replace(Arc::new(ObjectState::from_json(v2).unwrap()));
 /// let latest = live.changed().await.unwrap();
 /// assert_eq!(latest.metadata.resource_version.as_deref(), Some("2"));
 /// drop(tx);
@@ -37,7 +37,7 @@ use crate::core::object::ObjectState;
 /// # }
 /// ```
 pub struct Live<K> {
-    rx: watch::Receiver<Arc<ObjectState>>,
+    rx: ObjectWatch,
     last: Mutex<Arc<K>>,
 }
 
@@ -57,12 +57,12 @@ impl<K: DeserializeOwned + Send + Sync + 'static> Live<K> {
     ///
     /// ```
     /// # use std::sync::Arc; use kopf_runtime::Live;
-    /// # use kopf_runtime::engine::ObjectState;
+    /// # use kopf_runtime::engine::{ObjectState, ObjectWatch};
     /// let obj = ObjectState::from_json(serde_json::json!({"metadata": {"name": "a", "uid": "u"}}));
-    /// let (_tx, rx) = tokio::sync::watch::channel(Arc::new(obj.unwrap()));
+    /// let (_tx, rx) = ObjectWatch::channel(Arc::new(obj.unwrap()));
     /// assert!(Live::<u32>::new(rx).is_err());
     /// ```
-    pub fn new(mut rx: watch::Receiver<Arc<ObjectState>>) -> Result<Self, Arc<serde_json::Error>> {
+    pub fn new(mut rx: ObjectWatch) -> Result<Self, Arc<serde_json::Error>> {
         let current = rx.borrow_and_update().decode::<K>()?;
         Ok(Self {
             rx,
@@ -73,7 +73,7 @@ impl<K: DeserializeOwned + Send + Sync + 'static> Live<K> {
     /// The latest version that decoded into `K`.
     #[must_use]
     pub fn get(&self) -> Arc<K> {
-        let state = self.rx.borrow().clone();
+        let state = self.rx.borrow();
         let mut last = lock(&self.last);
         if let Ok(decoded) = state.decode::<K>() {
             *last = decoded;
@@ -84,7 +84,7 @@ impl<K: DeserializeOwned + Send + Sync + 'static> Live<K> {
     /// The latest version as the framework sees it (identity, deletion mark, JSON body).
     #[must_use]
     pub fn state(&self) -> Arc<ObjectState> {
-        self.rx.borrow().clone()
+        self.rx.borrow()
     }
 
     /// Waits for a newer version than the last one seen and returns it; `None` once no more
@@ -96,7 +96,7 @@ impl<K: DeserializeOwned + Send + Sync + 'static> Live<K> {
     pub async fn changed(&mut self) -> Option<Arc<K>> {
         loop {
             self.rx.changed().await.ok()?;
-            let state = self.rx.borrow_and_update().clone();
+            let state = self.rx.borrow_and_update();
             match state.decode::<K>() {
                 Ok(decoded) => {
                     *lock(&self.last) = decoded.clone();

@@ -107,7 +107,7 @@ mod tests {
             ObjectState::from_json(serde_json::json!({"metadata": {"name": "a", "uid": "u"}}))
                 .unwrap(),
         );
-        let (_tx, live) = tokio::sync::watch::channel(object.clone());
+        let (_tx, live) = crate::core::latest::ObjectWatch::channel(object.clone());
         Invocation {
             object,
             live,

@@ -107,10 +107,7 @@ impl SupervisorCore {
 /// What the task does next, decided under the lock.
 enum Next {
     Run(Box<Runner>, u32, Instant),
-    Wait(
-        Instant,
-        tokio::sync::watch::Receiver<Arc<crate::core::object::ObjectState>>,
-    ),
+    Wait(Instant, crate::core::latest::ObjectWatch),
     Finished(Option<ChangeWrite>),
     Exit(Exit),
 }

@@ -33,7 +33,7 @@ struct Inputs {
     triggers: watch::Receiver<Pulse>,
     triggers_open: bool,
     /// The object's versions, and the essence changes counted so far.
-    live: watch::Receiver<std::sync::Arc<crate::core::object::ObjectState>>,
+    live: crate::core::latest::ObjectWatch,
     live_open: bool,
     changes: u64,
 }

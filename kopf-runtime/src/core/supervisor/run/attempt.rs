@@ -5,15 +5,15 @@
 //! it (in `invoke.rs`, beside the attempt it runs).
 
 use std::future::Future;
-use std::sync::{Arc, MutexGuard};
+use std::sync::MutexGuard;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::core::call::Output;
-use crate::core::object::{ObjectRef, ObjectState};
+use crate::core::latest::ObjectWatch;
+use crate::core::object::ObjectRef;
 use crate::core::outcome::HandlerError;
 use crate::core::spec::HandlerSpec;
 use crate::core::stop::Stopper;
@@ -56,10 +56,10 @@ pub(crate) trait Instance: Send + Sync + 'static {
     fn stopper(&self) -> &Stopper;
 
     /// The latest version of the object.
-    fn live(&self) -> &watch::Receiver<Arc<ObjectState>>;
+    fn live(&self) -> &ObjectWatch;
 
     /// The latest version of the object, to wait for the next one.
-    fn live_mut(&mut self) -> &mut watch::Receiver<Arc<ObjectState>>;
+    fn live_mut(&mut self) -> &mut ObjectWatch;
 
     /// When the object's essence last changed (or it was first seen), and how often it did.
     fn idle(&self) -> (Instant, u64);

@@ -13,7 +13,7 @@ use jiff::Timestamp;
 
 use futures::FutureExt;
 use futures::future::{BoxFuture, CatchUnwind};
-use tokio::sync::{OwnedSemaphorePermit, watch};
+use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, Sleep};
 
 use super::attempt::{Attempt, AttemptEnd, Instance};
@@ -22,7 +22,8 @@ use super::meter::InvocationResult;
 use super::runner::{Cleanup, Runner, panic_message};
 use crate::core::call::{Call, Output};
 use crate::core::erased::Invocation;
-use crate::core::object::{ObjectRef, ObjectState};
+use crate::core::latest::ObjectWatch;
+use crate::core::object::ObjectRef;
 use crate::core::outcome::HandlerError;
 use crate::core::spec::HandlerSpec;
 use crate::core::stop::{StopReason, Stopper};
@@ -334,11 +335,11 @@ impl Instance for Runner {
         &self.shared.stopper
     }
 
-    fn live(&self) -> &watch::Receiver<Arc<ObjectState>> {
+    fn live(&self) -> &ObjectWatch {
         &self.live
     }
 
-    fn live_mut(&mut self) -> &mut watch::Receiver<Arc<ObjectState>> {
+    fn live_mut(&mut self) -> &mut ObjectWatch {
         &mut self.live
     }
 

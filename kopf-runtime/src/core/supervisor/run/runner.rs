@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use tokio::sync::{OwnedSemaphorePermit, watch};
+use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use super::attempt::Instance;
@@ -15,6 +15,7 @@ use super::state::{IdleClock, InstanceShared, ObjectEntry, SupervisorCore};
 use crate::core::call::Output;
 use crate::core::effects::Effect;
 use crate::core::erased::{Call, ErasedHandler, Invocation, MatchError};
+use crate::core::latest::ObjectWatch;
 use crate::core::memo::ObjectMemo;
 use crate::core::object::{ObjectRef, ObjectState};
 use crate::core::outcome::HandlerError;
@@ -32,7 +33,7 @@ pub(crate) struct Runner {
     pub(crate) handler: Arc<dyn ErasedHandler>,
     pub(crate) spec: &'static HandlerSpec,
     pub(crate) shared: Arc<InstanceShared>,
-    pub(crate) live: watch::Receiver<Arc<ObjectState>>,
+    pub(crate) live: ObjectWatch,
     pub(crate) idle: Arc<IdleClock>,
     /// The object's memo.
     pub(crate) memo: Arc<ObjectMemo>,

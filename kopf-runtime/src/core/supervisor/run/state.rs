@@ -14,6 +14,7 @@ use super::parts::{KindParts, ObjectParts};
 use super::report::ShutdownPhase;
 use crate::core::clearance::Clearance;
 use crate::core::erased::{ErasedHandler, Services};
+use crate::core::latest::ObjectSender;
 use crate::core::memo::ObjectMemo;
 use crate::core::object::{ObjectRef, ObjectState};
 use crate::core::spec::HandlerKind;
@@ -229,7 +230,7 @@ pub(crate) enum Seen {
 pub(crate) struct ObjectEntry {
     pub(crate) reference: ObjectRef,
     /// The latest version, shared with running handlers.
-    pub(crate) live: watch::Sender<Arc<ObjectState>>,
+    pub(crate) live: ObjectSender,
     /// When the essence last changed (or the object was first seen), for `idle` timers.
     pub(crate) idle: Arc<IdleClock>,
     pub(crate) essence: Option<u64>,
@@ -255,7 +256,7 @@ impl ObjectEntry {
     pub(crate) fn new(object: Arc<ObjectState>, handlers: usize) -> Self {
         Self {
             reference: object.reference().clone(),
-            live: watch::Sender::new(object),
+            live: ObjectSender::new(object),
             idle: Arc::new(IdleClock::new(Instant::now())),
             essence: None,
             deleting: false,
