@@ -35,7 +35,9 @@
 //! - One invocation: [`Invocation`] (the object, its latest version, the stop flag, the
 //!   [`Services`], the object's [`ObjectMemo`]), and what it returns: a [`Call`] that yields an
 //!   [`Output`]; [`MatchError`] when filters cannot be evaluated.
-//! - Objects: [`ObjectState`], an object's snapshot, and [`ObjectError`].
+//! - Objects: [`ObjectState`], an object's snapshot, and [`ObjectError`]; [`ObjectWatch`], the
+//!   latest snapshot as an instance follows it ([`Invocation::live`]), sent by an
+//!   [`ObjectSender`] ([`Closed`] once it is gone).
 //! - The supervisor: [`Supervisor`], its [`SupervisorConfig`] (with the [`WallClock`] cron
 //!   timers read) and [`BlockingPool`], the
 //!   [`Effect`]s it sends, its [`Stats`] and [`ShutdownReport`].

@@ -232,21 +232,36 @@ impl ObjectState {
     }
 
     /// This version reduced to its identity: a body with only `metadata.name`, `namespace`,
-    /// `uid` and `resourceVersion`. What the supervisor keeps of an object that no handler
-    /// matches and none runs for: the next version brings the whole body again.
+    /// `uid` and `resourceVersion`, kept as text. What the supervisor keeps of an object that no
+    /// handler matches and none runs for: the next version brings the whole body again.
     pub(crate) fn identity_only(&self) -> Self {
+        let ObjectRef {
+            uid,
+            namespace,
+            name,
+        } = &self.reference;
         let mut meta = serde_json::Map::new();
-        let body = self.body_value();
-        for key in ["name", "namespace", "uid", "resourceVersion"] {
-            if let Some(value) = body.get("metadata").and_then(|m| m.get(key)) {
-                meta.insert(key.to_owned(), value.clone());
-            }
+        meta.insert("name".to_owned(), Value::from(&**name));
+        if let Some(namespace) = namespace {
+            meta.insert("namespace".to_owned(), Value::from(&**namespace));
         }
+        meta.insert("uid".to_owned(), Value::from(&**uid));
+        if let Some(version) = &self.resource_version {
+            meta.insert("resourceVersion".to_owned(), Value::from(&**version));
+        }
+        let tree = Arc::new(serde_json::json!({ "metadata": meta }));
+        let body = match serde_json::to_string(&*tree) {
+            Ok(text) => Body::Text {
+                text: text.into_boxed_str(),
+                tree: OnceLock::new(),
+            },
+            Err(_) => Body::Tree(tree),
+        };
         Self {
             reference: self.reference.clone(),
             deleting: self.deleting,
             resource_version: self.resource_version.clone(),
-            body: Body::Tree(Arc::new(serde_json::json!({ "metadata": meta }))),
+            body,
             first: OnceLock::new(),
             decoded: Mutex::new(Vec::new()),
             identity_only: true,

@@ -77,8 +77,14 @@ impl SupervisorCore {
             essence::idle_fingerprint(object.body(), owner)
         });
         let uid = Arc::clone(&object.reference().uid);
-        // What is kept: the body as text, read back only by the occasional reader.
-        let kept = Arc::new(object.compacted());
+        // What is kept of a matched object: the body as text, for the occasional reader. An
+        // object no handler matches is kept whole only while an instance still runs for it, and
+        // else reduced to its identity (`shed_body`).
+        let kept = if matches.iter().any(|m| matches!(m, Match::Yes)) {
+            Arc::new(object.compacted())
+        } else {
+            Arc::clone(&object)
+        };
         let mut state = self.lock();
         let rv = if object.is_deleting() {
             None // a deleting version never brings a gone object back
