@@ -64,8 +64,8 @@ enum Body {
 /// (without `metadata.managedFields`). Typed views are decoded lazily and cached per type.
 ///
 /// The supervisor keeps each version [compacted](ObjectState::compacted): the body as JSON
-/// text (a fifth of the tree's memory for a small object) beside the typed views its handlers
-/// decoded. Reading the body of such a version parses it again.
+/// text (a few hundred bytes for a small object, whose tree takes a few KB) beside the
+/// typed views its handlers decoded. Reading the body of such a version parses it again.
 ///
 /// ```
 /// use kopf_runtime::engine::ObjectState;
