@@ -307,7 +307,8 @@ impl Stopper {
     }
 
     /// Sleeps for `duration` or until the flag is set, whichever comes first. Returns `true` if
-    /// the flag is set (so `if stopper.sleep(d).await { break }` reads naturally).
+    /// the flag is set (so `if stopper.sleep(d).await { break }` reads naturally). The sleep
+    /// counts from the call.
     ///
     /// The flag is checked again when the sleep ends, so a replica that wakes up past its
     /// validity (thawed after a freeze) returns `true` before the loop's next body can run.
@@ -324,11 +325,13 @@ impl Stopper {
     /// assert!(!Stopper::new().sleep(Duration::from_secs(5)).await);
     /// # }
     /// ```
-    pub async fn sleep(&self, duration: Duration) -> bool {
-        tokio::select! {
-            () = self.stopped() => true,
-            () = tokio::time::sleep_until(self.wake_at(duration)) => self.is_stopped(),
-        }
+    pub fn sleep(&self, duration: Duration) -> impl Future<Output = bool> + Send + '_ {
+        crate::core::stop_sleep::StopSleep::new(self, self.wake_at(duration))
+    }
+
+    /// A `Notified` of the flag: made before a check of the flag, it sees every stop after it.
+    pub(crate) fn notified(&self) -> tokio::sync::futures::Notified<'_> {
+        self.inner.notify.notified()
     }
 
     /// When a sleep of `duration` from now ends, with the flag's slack.

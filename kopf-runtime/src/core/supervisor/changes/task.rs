@@ -200,7 +200,7 @@ impl ChangeTask {
         let (outcome, output) = match runner.attempt(attempt).await {
             AttemptEnd::Stopped(exit) => return Some(self.stopped(exit)),
             AttemptEnd::Finished(Ok(output)) => {
-                tracing::debug!(object = %runner.reference, handler = runner.spec.id,
+                tracing::debug!(object = %runner.reference, handler = runner.spec().id,
                     "{} succeeded", runner.kind());
                 (Judged::Succeeded, Some(output))
             }
@@ -225,13 +225,13 @@ impl ChangeTask {
             let run = (state.objects.get_mut(&self.uid))
                 .and_then(|entry| entry.parts.get_mut::<ObjectChanges>())
                 .and_then(|changes| changes.run.as_mut());
-            run.and_then(|run| run.complete(runner.index, outcome.as_outcome(), now))
+            run.and_then(|run| run.complete(runner.index(), outcome.as_outcome(), now))
         };
         if let Some(mut write) = write {
             if let Some(Output { result, patch }) = output {
                 (write.result, write.user) = (result, patch);
             }
-            self.persist(write, runner.spec.id).await;
+            self.persist(write, runner.spec().id).await;
         }
         None
     }

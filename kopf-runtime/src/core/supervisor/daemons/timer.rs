@@ -15,6 +15,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::core::slack::wake_at;
+use crate::core::spec::TimerSchedule;
 use crate::core::supervisor::rules::exit::Exit;
 use crate::core::supervisor::rules::schedule::{MIN_INTERVAL, draw_jitter, next_sharp_tick};
 use crate::core::supervisor::rules::verdict::Verdict;
@@ -41,83 +42,97 @@ struct Position {
 }
 
 /// Runs a timer instance to its end.
-pub(crate) async fn run<R: Instance>(runner: &mut R) -> Exit {
-    let schedule = &runner.spec().schedule;
-    let one_shot = schedule.once || (schedule.interval.is_none() && schedule.idle.is_none());
-    // When the schedule wants the next run to start (for its lateness; `None`: no schedule).
-    let mut due = None;
-    if let Some(delay) = runner.initial_delay() {
-        let at = Instant::now() + delay;
-        if runner.sleep_until(at).await {
-            return Exit::Exited;
-        }
-        due = Some(at);
-    }
-    let mut position: Option<Position> = None;
-    loop {
-        if let Some(pos) = &position {
-            match wait_for_next(runner, pos).await {
-                Next::Due(at) => due = at,
-                Next::Stopped => return Exit::Exited,
-            }
-        }
-        // The rarer waits and the cycle are boxed, so that the task between runs holds only a
-        // sleep: the size of every instance's task is that of its largest await.
-        if let Some(idle) = schedule.idle {
-            if Box::pin(wait_idle(runner, idle)).await {
-                return Exit::Exited;
-            }
-            if runner.counted() {
-                due = due.max(Some(runner.idle().0 + idle));
-            }
-        }
-        if let Some(jitter) = schedule.jitter {
-            let delay = draw_jitter(&mut runner.rng(), jitter);
-            if runner.sleep_until(Instant::now() + delay).await {
-                return Exit::Exited;
-            }
-            due = due.map(|at| at + delay);
-        }
-        match Box::pin(cycle(runner, &mut position, due.take())).await {
-            Cycle::Stopped(exit) => return exit,
-            Cycle::Permanent => return runner.finished(),
-            Cycle::Over if one_shot => return runner.finished(),
-            Cycle::Over => {}
-        }
-    }
-}
-
-/// How a wait for the next cycle ended.
-enum Next {
-    /// The cycle may start; it was due then (`None`: not on a schedule, e.g. after a change).
-    Due(Option<Instant>),
-    /// Asked to stop.
-    Stopped,
-}
-
-/// Waits for the next cycle after the previous one: the interval, or (idle-only) a change of
-/// the essence after the previous run started.
-async fn wait_for_next<R: Instance>(runner: &mut R, pos: &Position) -> Next {
-    let schedule = runner.spec().schedule;
-    let now = Instant::now();
-    let (stopped, due) = match schedule.interval {
-        Some(interval) => {
-            let at = if schedule.sharp {
-                next_sharp_tick(pos.anchor, interval, pos.last_start, now)
-            } else {
-                now + interval.max(MIN_INTERVAL)
+///
+/// Nothing but the position and `due` lives across the sleeps between runs (the schedule is
+/// read again from the spec), so that the task between runs holds little beside its sleep.
+#[expect(
+    clippy::manual_async_fn,
+    reason = "an `async fn` keeps its arguments twice"
+)]
+pub(crate) fn run<R: Instance>(runner: &mut R) -> impl Future<Output = Exit> + Send + '_ {
+    // An async block, not an `async fn`: the block uses the reference it captured, where an
+    // `async fn` would keep a second copy of its argument.
+    async move {
+        // When the schedule wants the next run to start (for its lateness; `None`: no schedule).
+        let mut due = None;
+        if let Some(delay) = runner.initial_delay() {
+            let sleep = {
+                let at = Instant::now() + delay;
+                due = Some(at);
+                runner.sleep_until(at)
             };
-            // Due at `at`; woken on the slack's grid (the lateness counts from `at`).
-            let wake = runner.spec().slack.map_or(at, |slack| wake_at(at, slack));
-            (runner.sleep_until(wake).await, Some(at))
+            if sleep.await {
+                return Exit::Exited;
+            }
         }
-        None => (Box::pin(wait_for_change(runner, pos.changes)).await, None),
-    };
-    if stopped {
-        Next::Stopped
-    } else {
-        Next::Due(due)
+        let mut position: Option<Position> = None;
+        loop {
+            if let Some(pos) = &position {
+                // The interval's sleep is awaited here, not in a helper's future, so that the task
+                // between runs holds the sleep and nothing more.
+                let stopped = match next_interval(runner, pos) {
+                    Some((wake, at)) => {
+                        due = Some(at);
+                        runner.sleep_until(wake).await
+                    }
+                    None => {
+                        due = None;
+                        Box::pin(wait_for_change(runner, pos.changes)).await
+                    }
+                };
+                if stopped {
+                    return Exit::Exited;
+                }
+            }
+            // The rarer waits and the cycle are boxed, so that the task between runs holds only a
+            // sleep: the size of every instance's task is that of its largest await.
+            if let Some(idle) = runner.spec().schedule.idle {
+                if Box::pin(wait_idle(runner, idle)).await {
+                    return Exit::Exited;
+                }
+                if runner.counted() {
+                    due = due.max(Some(runner.idle().0 + idle));
+                }
+            }
+            if let Some(jitter) = runner.spec().schedule.jitter {
+                let sleep = {
+                    let delay = draw_jitter(&mut runner.rng(), jitter);
+                    due = due.map(|at| at + delay);
+                    runner.sleep_until(Instant::now() + delay)
+                };
+                if sleep.await {
+                    return Exit::Exited;
+                }
+            }
+            match Box::pin(cycle(runner, &mut position, due.take())).await {
+                Cycle::Stopped(exit) => return exit,
+                Cycle::Permanent => return runner.finished(),
+                Cycle::Over if one_shot(&runner.spec().schedule) => return runner.finished(),
+                Cycle::Over => {}
+            }
+        }
     }
+}
+
+/// Whether the timer runs once: `once`, or neither `interval` nor `idle`.
+fn one_shot(schedule: &TimerSchedule) -> bool {
+    schedule.once || (schedule.interval.is_none() && schedule.idle.is_none())
+}
+
+/// When the next cycle after the previous one wakes, and when it is due (the lateness counts
+/// from the due instant; with a slack, the wake-up is on the slack's grid). `None` for an
+/// idle-only timer, which waits for a change of the essence instead.
+fn next_interval<R: Instance>(runner: &R, pos: &Position) -> Option<(Instant, Instant)> {
+    let schedule = &runner.spec().schedule;
+    let interval = schedule.interval?;
+    let now = Instant::now();
+    let at = if schedule.sharp {
+        next_sharp_tick(pos.anchor, interval, pos.last_start, now)
+    } else {
+        now + interval.max(MIN_INTERVAL)
+    };
+    let wake = runner.spec().slack.map_or(at, |slack| wake_at(at, slack));
+    Some((wake, at))
 }
 
 /// Waits for an essence change after the latest run started (idle-only timers). `true` if

@@ -19,7 +19,7 @@ use tokio::time::{Instant, Sleep};
 use super::attempt::{Attempt, AttemptEnd, Instance};
 use super::blocking::{Thread, spawn_thread};
 use super::meter::InvocationResult;
-use super::runner::{Cleanup, Runner, panic_message};
+use super::runner::{Runner, panic_message};
 use crate::core::call::{Call, Output};
 use crate::core::erased::Invocation;
 use crate::core::latest::ObjectWatch;
@@ -69,7 +69,7 @@ impl Work {
                 ))
             })?,
         };
-        let name = format!("kopf:{}", runner.spec.id);
+        let name = format!("kopf:{}", runner.spec().id);
         spawn_thread(name, permit, &runner.inner.threads, job)
             .map(Self::Thread)
             .map_err(|err| {
@@ -79,78 +79,86 @@ impl Work {
 
     /// Awaits the work while enforcing the timeout and stepping the stop ladder. Returns how it
     /// ended and whether it ran past its timeout.
-    async fn drive(mut self, runner: &Runner, stopper: &Stopper) -> (Ended, bool) {
-        let cfg = LadderConfig {
-            backoff: runner.spec.cancellation_backoff,
-            timeout: runner.spec.cancellation_timeout,
-            polling: runner.spec.cancellation_polling,
-        };
-        let deadline = runner.spec.timeout.map(|t| Instant::now() + t);
-        let mut ladder = Ladder::Running;
-        let mut timed_out = false;
-        // Made only when there is a deadline: most invocations never need a timer.
-        let mut sleep: Option<Pin<Box<Sleep>>> = None;
-        loop {
-            let ladder_at = ladder.deadline();
-            let timeout_at = deadline.filter(|_| !timed_out);
-            // One timer for both deadlines (the earlier one); which one it was is seen on waking.
-            let wake_at = match (timeout_at, ladder_at) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
-            if let Some(at) = wake_at {
-                match &mut sleep {
-                    Some(s) => s.as_mut().reset(at),
-                    None => sleep = Some(Box::pin(tokio::time::sleep_until(at))),
+    ///
+    /// Not an `async fn`, which would keep its arguments twice: a daemon's task holds this
+    /// future for the daemon's life.
+    #[expect(
+        clippy::manual_async_fn,
+        reason = "an `async fn` keeps its arguments twice"
+    )]
+    fn drive<'a>(
+        mut self,
+        runner: &'a Runner,
+        stopper: &'a Stopper,
+    ) -> impl Future<Output = (Ended, bool)> + Send + 'a {
+        async move {
+            let deadline = runner.spec().timeout.map(|t| Instant::now() + t);
+            let mut ladder = Ladder::Running;
+            let mut timed_out = false;
+            // Made only when there is a deadline: most invocations never need a timer.
+            let mut sleep: Option<Pin<Box<Sleep>>> = None;
+            loop {
+                let ladder_at = ladder.deadline();
+                let timeout_at = deadline.filter(|_| !timed_out);
+                // One timer for both deadlines (the earlier one); which one it was is seen on waking.
+                let wake_at = match (timeout_at, ladder_at) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+                if let Some(at) = wake_at {
+                    match &mut sleep {
+                        Some(s) => s.as_mut().reset(at),
+                        None => sleep = Some(Box::pin(tokio::time::sleep_until(at))),
+                    }
                 }
-            }
-            let running = ladder.is_running();
-            let input = tokio::select! {
-                biased;
-                result = self.wait() => {
-                    let ended = match result {
-                        Ok(outcome) => Ended::Returned(outcome),
-                        Err(message) => Ended::Panicked(runner.panicked(&message)),
-                    };
+                let running = ladder.is_running();
+                let input = tokio::select! {
+                    biased;
+                    result = self.wait() => {
+                        let ended = match result {
+                            Ok(outcome) => Ended::Returned(outcome),
+                            Err(message) => Ended::Panicked(runner.panicked(&message)),
+                        };
+                        return (ended, timed_out);
+                    }
+                    // Running: wait for the stop flag. Stopping: wait for the shutdown deadline,
+                    // which marks every instance still running ABANDONED (shutdown stops them all
+                    // first, so only a stopping invocation can be abandoned).
+                    () = runner.shared.stopper.reasons(|r| {
+                        if running { !r.is_empty() } else { r.contains(StopReason::ABANDONED) }
+                    }) => {
+                        if !running {
+                            stopper.stop(StopReason::ABANDONED);
+                            return (Ended::Abandoned, timed_out);
+                        }
+                        Input::Stop { forced: false }
+                    }
+                    () = wake(&mut sleep), if wake_at.is_some() => {
+                        if timeout_at.is_some_and(|at| Instant::now() >= at) {
+                            timed_out = true;
+                            stopper.stop(StopReason::HANDLER_TIMEOUT);
+                            tracing::warn!(
+                                object = %runner.reference, handler = runner.spec().id,
+                                "{} ran past its timeout of {:?}", runner.kind(), runner.spec().timeout
+                            );
+                            Input::Stop { forced: true }
+                        } else {
+                            Input::Deadline
+                        }
+                    }
+                };
+                let (next, action) = ladder.step(input, Instant::now(), &ladder_config(runner));
+                ladder = next;
+                if let Some(ended) = self.act(runner, action, stopper) {
                     return (ended, timed_out);
                 }
-                // Running: wait for the stop flag. Stopping: wait for the shutdown deadline,
-                // which marks every instance still running ABANDONED (shutdown stops them all
-                // first, so only a stopping invocation can be abandoned).
-                () = runner.shared.stopper.reasons(|r| {
-                    if running { !r.is_empty() } else { r.contains(StopReason::ABANDONED) }
-                }) => {
-                    if !running {
-                        stopper.stop(StopReason::ABANDONED);
-                        return (Ended::Abandoned, timed_out);
-                    }
-                    Input::Stop { forced: false }
-                }
-                () = wake(&mut sleep), if wake_at.is_some() => {
-                    if timeout_at.is_some_and(|at| Instant::now() >= at) {
-                        timed_out = true;
-                        stopper.stop(StopReason::HANDLER_TIMEOUT);
-                        tracing::warn!(
-                            object = %runner.reference, handler = runner.spec.id,
-                            "{} ran past its timeout of {:?}", runner.kind(), runner.spec.timeout
-                        );
-                        Input::Stop { forced: true }
-                    } else {
-                        Input::Deadline
-                    }
-                }
-            };
-            let (next, action) = ladder.step(input, Instant::now(), &cfg);
-            ladder = next;
-            if let Some(ended) = self.act(runner, action, stopper) {
-                return (ended, timed_out);
             }
         }
     }
 
     /// Performs a ladder action; `Some` when the invocation is over for the supervisor.
     fn act(&self, runner: &Runner, action: Action, stopper: &Stopper) -> Option<Ended> {
-        let (object, handler) = (&runner.reference, runner.spec.id);
+        let (object, handler) = (&runner.reference, runner.spec().id);
         match action {
             Action::None => None,
             Action::Signal => {
@@ -199,7 +207,7 @@ fn failed(err: HandlerError) -> (HandlerError, InvocationResult) {
 
 /// Calls the handler (a panic in the call is the handler's failure).
 fn call(runner: &Runner, invocation: Invocation) -> Result<Call, (HandlerError, InvocationResult)> {
-    match catch_unwind(AssertUnwindSafe(|| runner.handler.invoke(invocation))) {
+    match catch_unwind(AssertUnwindSafe(|| runner.invoke(invocation))) {
         Ok(call) => call.map_err(failed),
         Err(panic) => {
             let err = runner.panicked(&panic_message(&panic));
@@ -218,98 +226,120 @@ enum Ended {
 }
 
 /// Runs `attempt` to its end.
-async fn run(attempt: Attempt, runner: &Runner) -> AttemptEnd {
-    // The rare waits are boxed: the invocation future of a daemon lives as long as the
-    // daemon, so it is sized for what an async handler's invocation holds.
-    if let Some(clearance) = runner.inner.clearance.get()
-        && !clearance.is_clear()
-        && !Box::pin(clearance.wait(&runner.shared.stopper)).await
-    {
-        return AttemptEnd::Stopped(Exit::Exited);
-    }
-    let permit = if runner.spec.blocking {
-        match Box::pin(runner.blocking_slot()).await {
-            Some(permit) => Some(permit),
-            None => return AttemptEnd::Stopped(Exit::Exited),
-        }
-    } else {
-        None
-    };
-    let stopper = runner
-        .shared
-        .begin_invocation(runner.spec.timeout.is_some());
-    if let Some(clearance) = runner.inner.clearance.get() {
-        // Cleared now: from here on, every check of the flags also ends the invocation the
-        // moment the clearance lapses, even before the supervisor hears of it (a process
-        // thawed past its lease must not run another loop of a daemon).
-        runner.shared.stopper.bind_validity(|| clearance.validity());
-        stopper.bind_validity(|| clearance.validity());
-    }
-    if runner.stopping() {
-        return AttemptEnd::Stopped(Exit::Exited);
-    }
-    let mut live = runner.live.clone();
-    let object = Arc::clone(&live.borrow_and_update());
-    let invocation = Invocation {
-        object,
-        live,
-        stopper: stopper.clone(),
-        retry: attempt.retry,
-        started: attempt.started,
-        services: runner.inner.services.clone(),
-        span: runner.span.clone(),
-        memo: Arc::clone(&runner.memo),
-        occurrence: attempt.occurrence,
-        change: runner.change.clone(),
-    };
-    runner.inner.fires.fetch_add(1, Ordering::Relaxed);
-    tracing::debug!(
-        object = %runner.reference, handler = runner.spec.id, retry = attempt.retry,
-        "{} invoked", runner.kind()
-    );
-    // Counted: when the run was due (timers), and how long it ran.
-    let began = runner.meter().map(|meter| {
-        let now = Instant::now();
-        if let Some(due) = attempt.due {
-            meter.lateness.observe(now.saturating_duration_since(due));
-        }
-        now
-    });
-    let work = match Work::start(runner, invocation, permit).await {
-        Ok(work) => work,
-        Err((err, result)) => {
-            runner.count_invocation(result, began);
-            return AttemptEnd::Finished(Err(err));
-        }
-    };
-    let thread_ended = match &work {
-        Work::Thread(thread) => Some(thread.ended.clone()),
-        Work::Async(_) => None,
-    };
-    let (ended, timed_out) = work.drive(runner, &stopper).await;
-    if let (Ended::Abandoned, Some(thread_ended)) = (&ended, thread_ended) {
-        // Its thread may run on: the slot is held until it returns.
-        runner.shared.leave_thread(thread_ended);
-    }
-    let result = match &ended {
-        _ if timed_out => InvocationResult::Timeout,
-        Ended::Returned(Ok(_)) => InvocationResult::Success,
-        Ended::Returned(Err(err)) => InvocationResult::of_error(err),
-        Ended::Panicked(_) => InvocationResult::Panic,
-        Ended::Cancelled | Ended::Abandoned => InvocationResult::Stopped,
-    };
-    runner.count_invocation(result, began);
-    let timeout = || HandlerError::timeout(runner.spec.timeout.unwrap_or_default());
-    match ended {
-        Ended::Returned(_) | Ended::Panicked(_) | Ended::Cancelled | Ended::Abandoned
-            if timed_out =>
+///
+/// Not an `async fn`, which would keep its arguments twice (a daemon's task holds this future
+/// for the daemon's life).
+#[expect(
+    clippy::manual_async_fn,
+    reason = "an `async fn` keeps its arguments twice"
+)]
+fn run(attempt: Attempt, runner: &Runner) -> impl Future<Output = AttemptEnd> + Send + '_ {
+    async move {
+        // The rare waits are boxed: the invocation future of a daemon lives as long as the
+        // daemon, so it is sized for what an async handler's invocation holds.
+        if let Some(clearance) = runner.inner.clearance.get()
+            && !clearance.is_clear()
+            && !Box::pin(clearance.wait(&runner.shared.stopper)).await
         {
-            AttemptEnd::Finished(Err(timeout()))
+            return AttemptEnd::Stopped(Exit::Exited);
         }
-        Ended::Returned(outcome) => AttemptEnd::Finished(outcome),
-        Ended::Panicked(err) => AttemptEnd::Finished(Err(err)),
-        Ended::Cancelled => AttemptEnd::Stopped(Exit::Cancelled),
-        Ended::Abandoned => AttemptEnd::Stopped(Exit::Abandoned),
+        let permit = if runner.spec().blocking {
+            match Box::pin(runner.blocking_slot()).await {
+                Some(permit) => Some(permit),
+                None => return AttemptEnd::Stopped(Exit::Exited),
+            }
+        } else {
+            None
+        };
+        let stopper = runner
+            .shared
+            .begin_invocation(runner.spec().timeout.is_some());
+        if let Some(clearance) = runner.inner.clearance.get() {
+            // Cleared now: from here on, every check of the flags also ends the invocation the
+            // moment the clearance lapses, even before the supervisor hears of it (a process
+            // thawed past its lease must not run another loop of a daemon).
+            runner.shared.stopper.bind_validity(|| clearance.validity());
+            stopper.bind_validity(|| clearance.validity());
+        }
+        if runner.stopping() {
+            return AttemptEnd::Stopped(Exit::Exited);
+        }
+        let invocation = {
+            let mut live = runner.live.clone();
+            let object = Arc::clone(&live.borrow_and_update());
+            Invocation {
+                object,
+                live,
+                stopper: stopper.clone(),
+                retry: attempt.retry,
+                started: attempt.started,
+                services: runner.inner.services.clone(),
+                span: runner.span(),
+                memo: Arc::clone(&runner.memo),
+                occurrence: attempt.occurrence,
+                change: runner.change.clone(),
+            }
+        };
+        runner.inner.fires.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(
+            object = %runner.reference, handler = runner.spec().id, retry = attempt.retry,
+            "{} invoked", runner.kind()
+        );
+        // Counted: when the run was due (timers), and how long it ran.
+        let began = runner.meter().map(|meter| {
+            let now = Instant::now();
+            if let Some(due) = attempt.due {
+                meter.lateness.observe(now.saturating_duration_since(due));
+            }
+            now
+        });
+        let work = match Work::start(runner, invocation, permit).await {
+            Ok(work) => work,
+            Err((err, result)) => {
+                runner.count_invocation(result, began);
+                return AttemptEnd::Finished(Err(err));
+            }
+        };
+        let thread_ended = match &work {
+            Work::Thread(thread) => Some(thread.ended.clone()),
+            Work::Async(_) => None,
+        };
+        let (ended, timed_out) = work.drive(runner, &stopper).await;
+        if let (Ended::Abandoned, Some(thread_ended)) = (&ended, thread_ended) {
+            // Its thread may run on: the slot is held until it returns.
+            runner.shared.leave_thread(thread_ended);
+        }
+        let result = match &ended {
+            _ if timed_out => InvocationResult::Timeout,
+            Ended::Returned(Ok(_)) => InvocationResult::Success,
+            Ended::Returned(Err(err)) => InvocationResult::of_error(err),
+            Ended::Panicked(_) => InvocationResult::Panic,
+            Ended::Cancelled | Ended::Abandoned => InvocationResult::Stopped,
+        };
+        runner.count_invocation(result, began);
+        let timeout = || HandlerError::timeout(runner.spec().timeout.unwrap_or_default());
+        match ended {
+            Ended::Returned(_) | Ended::Panicked(_) | Ended::Cancelled | Ended::Abandoned
+                if timed_out =>
+            {
+                AttemptEnd::Finished(Err(timeout()))
+            }
+            Ended::Returned(outcome) => AttemptEnd::Finished(outcome),
+            Ended::Panicked(err) => AttemptEnd::Finished(Err(err)),
+            Ended::Cancelled => AttemptEnd::Stopped(Exit::Cancelled),
+            Ended::Abandoned => AttemptEnd::Stopped(Exit::Abandoned),
+        }
+    }
+}
+
+/// The stop ladder's options, from the handler spec (made at each step rather than kept across
+/// the invocation's awaits).
+fn ladder_config(runner: &Runner) -> LadderConfig {
+    let spec = runner.spec();
+    LadderConfig {
+        backoff: spec.cancellation_backoff,
+        timeout: spec.cancellation_timeout,
+        polling: spec.cancellation_polling,
     }
 }
 
@@ -324,7 +354,7 @@ async fn wake(sleep: &mut Option<Pin<Box<Sleep>>>) {
 /// The runner as the kinds' loops see it (here, beside the attempt it runs).
 impl Instance for Runner {
     fn spec(&self) -> &'static HandlerSpec {
-        self.spec
+        self.handler().spec()
     }
 
     fn reference(&self) -> &ObjectRef {
@@ -381,25 +411,25 @@ impl Instance for Runner {
 
     fn cron_last(&self) -> Option<Timestamp> {
         let state = self.inner.lock();
-        let entry = state.objects.get(&*self.uid);
-        entry.and_then(|entry| entry.slots.get(self.index)?.cron_last)
+        let entry = state.objects.get(&*self.reference.uid);
+        entry.and_then(|entry| entry.slots.get(self.index())?.cron_last)
     }
 
     fn remember_cron(&self, occurrence: Timestamp) {
         let mut state = self.inner.lock();
-        let entry = state.objects.get_mut(&*self.uid);
-        if let Some(slot) = entry.and_then(|entry| entry.slots.get_mut(self.index)) {
+        let entry = state.objects.get_mut(&*self.reference.uid);
+        if let Some(slot) = entry.and_then(|entry| entry.slots.get_mut(self.index())) {
             slot.cron_last = Some(occurrence);
         }
     }
 
     fn call_cleanup(&mut self) {
-        self.handler = Arc::new(Cleanup(Arc::clone(&self.handler)));
+        self.set_cleanup();
     }
 
     fn exited(&self, exit: Exit) {
         // A thread left behind keeps seeing its flag set.
         self.shared.stop(StopReason::DONE);
-        (self.inner).instance_exited(&self.uid, self.index, &self.shared, exit);
+        (self.inner).instance_exited(&self.reference.uid, self.index(), &self.shared, exit);
     }
 }

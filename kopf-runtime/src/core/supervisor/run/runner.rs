@@ -14,10 +14,10 @@ use super::meter::{HandlerMeter, InvocationResult};
 use super::state::{IdleClock, InstanceShared, ObjectEntry, SupervisorCore};
 use crate::core::call::Output;
 use crate::core::effects::Effect;
-use crate::core::erased::{Call, ErasedHandler, Invocation, MatchError};
+use crate::core::erased::{Call, ErasedHandler, Invocation};
 use crate::core::latest::ObjectWatch;
 use crate::core::memo::ObjectMemo;
-use crate::core::object::{ObjectRef, ObjectState};
+use crate::core::object::ObjectRef;
 use crate::core::outcome::HandlerError;
 use crate::core::spec::{HandlerKind, HandlerSpec};
 use crate::core::supervisor::rules::ladder::StopStep;
@@ -27,19 +27,22 @@ use crate::core::supervisor::rules::verdict::Verdict;
 /// The context of one instance's task.
 pub(crate) struct Runner {
     pub(crate) inner: Arc<SupervisorCore>,
-    pub(crate) uid: Arc<str>,
     pub(crate) reference: ObjectRef,
-    pub(crate) index: usize,
-    pub(crate) handler: Arc<dyn ErasedHandler>,
-    pub(crate) spec: &'static HandlerSpec,
+    /// The handler's index in the supervisor's list (a `u32`, so that it packs with `cleanup`:
+    /// every byte of the runner is kept by every instance's task).
+    index: u32,
+    /// Whether attempts call the handler's `cleanup` instead of its body (a reconcile handler
+    /// of an object being deleted).
+    cleanup: bool,
     pub(crate) shared: Arc<InstanceShared>,
     pub(crate) live: ObjectWatch,
     pub(crate) idle: Arc<IdleClock>,
     /// The object's memo.
     pub(crate) memo: Arc<ObjectMemo>,
     /// The instance's span, given to every invocation (one per instance: creating a span with
-    /// its fields costs microseconds under a formatting subscriber).
-    pub(crate) span: tracing::Span,
+    /// its fields costs microseconds under a formatting subscriber). Boxed, and `None` when no
+    /// subscriber wants it: a `Span` takes 40 bytes in every instance's task even when disabled.
+    span: Option<Box<tracing::Span>>,
     /// The change a change handler is called for (`None` for daemons and timers).
     pub(crate) change: Option<Arc<crate::core::diff::ChangeContext>>,
 }
@@ -63,15 +66,18 @@ impl Runner {
         index: usize,
         shared: Arc<InstanceShared>,
     ) -> Self {
-        let handler = Arc::clone(&inner.handlers[index]);
-        let span = instance_span(&entry.reference, handler.spec());
+        let span = Some(instance_span(
+            &entry.reference,
+            inner.handlers[index].spec(),
+        ))
+        .filter(|span| !span.is_disabled())
+        .map(Box::new);
+        let index = u32::try_from(index).expect("fewer than 2^32 handlers");
         Self {
             inner: Arc::clone(inner),
-            uid: Arc::clone(&entry.reference.uid),
             reference: entry.reference.clone(),
             index,
-            spec: handler.spec(),
-            handler,
+            cleanup: false,
             shared,
             live: entry.live.subscribe(),
             idle: Arc::clone(&entry.idle),
@@ -91,12 +97,12 @@ impl Runner {
         started: Instant,
     ) -> Verdict {
         let backoff = match self.inner.config.default_backoff {
-            Some(default) if !self.spec.backoff_set => default,
-            _ => self.spec.backoff,
+            Some(default) if !self.spec().backoff_set => default,
+            _ => self.spec().backoff,
         };
         let verdict = judge(
             err.kind(),
-            self.spec,
+            self.spec(),
             backoff,
             retry,
             started,
@@ -106,9 +112,41 @@ impl Runner {
         verdict
     }
 
+    /// The instance's span (a disabled one when no subscriber wants it).
+    pub(crate) fn span(&self) -> tracing::Span {
+        self.span
+            .as_deref()
+            .cloned()
+            .unwrap_or_else(tracing::Span::none)
+    }
+
+    /// The handler's index in the supervisor's list.
+    pub(crate) fn index(&self) -> usize {
+        self.index as usize
+    }
+
+    /// The handler.
+    pub(crate) fn handler(&self) -> &Arc<dyn ErasedHandler> {
+        &self.inner.handlers[self.index()]
+    }
+
+    /// Calls the handler's body, or its cleanup once [`Instance::call_cleanup`] was called.
+    pub(crate) fn invoke(&self, invocation: Invocation) -> Result<Call, HandlerError> {
+        if self.cleanup {
+            self.handler().cleanup(invocation)
+        } else {
+            self.handler().invoke(invocation)
+        }
+    }
+
+    /// From now on, attempts call the handler's `cleanup`.
+    pub(crate) fn set_cleanup(&mut self) {
+        self.cleanup = true;
+    }
+
     /// The handler's counters, when the supervisor counts.
     pub(crate) fn meter(&self) -> Option<&HandlerMeter> {
-        self.inner.meter(self.index)
+        self.inner.meter(self.index())
     }
 
     /// Counts an invocation that began at `began` (`None`: not counted) and ended so.
@@ -130,30 +168,30 @@ impl Runner {
     /// fixed `initial_delay`).
     pub(crate) fn initial_delay(&self) -> Option<Duration> {
         let object = Arc::clone(&self.live.borrow());
-        catch_unwind(AssertUnwindSafe(|| self.handler.initial_delay(&object))).unwrap_or_else(
+        catch_unwind(AssertUnwindSafe(|| self.handler().initial_delay(&object))).unwrap_or_else(
             |panic| {
                 tracing::error!(
-                    object = %self.reference, handler = self.spec.id,
+                    object = %self.reference, handler = self.spec().id,
                     "the initial_delay function panicked: {}", panic_message(&panic)
                 );
-                self.spec.initial_delay
+                self.spec().initial_delay
             },
         )
     }
 
     /// Sends a successful invocation's result and patch, if any.
     pub(crate) fn emit_output(&self, output: Output) {
-        tracing::debug!(object = %self.reference, handler = self.spec.id, "{} succeeded", self.kind());
+        tracing::debug!(object = %self.reference, handler = self.spec().id, "{} succeeded", self.kind());
         if output.result.is_none() && output.patch.is_none() {
             return;
         }
         let effect = Effect::Output {
             object: self.reference.clone(),
-            handler: self.spec.id,
+            handler: self.spec().id,
             result: output.result,
             patch: output.patch,
         };
-        self.inner.emit(&self.uid, effect);
+        self.inner.emit(&self.reference.uid, effect);
     }
 
     /// Counts, logs and reports a failed invocation, and sends the patch it left pending.
@@ -162,13 +200,13 @@ impl Runner {
         if let Some(patch) = err.patch() {
             let effect = Effect::Output {
                 object: self.reference.clone(),
-                handler: self.spec.id,
+                handler: self.spec().id,
                 result: None,
                 patch: Some(patch.clone()),
             };
-            self.inner.emit(&self.uid, effect);
+            self.inner.emit(&self.reference.uid, effect);
         }
-        let (object, handler, message) = (&self.reference, self.spec.id, err.report());
+        let (object, handler, message) = (&self.reference, self.spec().id, err.report());
         let retry = match verdict {
             Verdict::Ignored => {
                 tracing::warn!(%object, handler, "{} failed (errors ignored): {message}", self.kind());
@@ -181,7 +219,7 @@ impl Runner {
                 }
                 true
             }
-            Verdict::Exhausted if self.spec.kind == HandlerKind::Timer => {
+            Verdict::Exhausted if self.spec().kind == HandlerKind::Timer => {
                 tracing::error!(%object, handler,
                     "timer failed, retries exhausted: this cycle is over, the next runs on schedule: {message}");
                 false
@@ -198,7 +236,7 @@ impl Runner {
             summary: err.to_string(),
             fatal: !retry,
         };
-        self.inner.emit(&self.uid, effect);
+        self.inner.emit(&self.reference.uid, effect);
     }
 
     /// Waits until the thread of an abandoned invocation of this instance (one that ran past
@@ -210,7 +248,7 @@ impl Runner {
         };
         self.inner.thread_waits.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(
-            object = %self.reference, uid = %self.uid, handler = self.spec.id,
+            object = %self.reference, uid = %self.reference.uid, handler = self.spec().id,
             "the {}'s abandoned invocation is still running on its thread: the next one waits for it",
             self.kind()
         );
@@ -238,7 +276,7 @@ impl Runner {
             return Some(permit);
         }
         tracing::warn!(
-            object = %self.reference, handler = self.spec.id,
+            object = %self.reference, handler = self.spec().id,
             "all {} dedicated threads are busy: the {} is queued", pool.capacity(), self.kind()
         );
         self.shared.queued.store(true, Ordering::SeqCst);
@@ -254,28 +292,10 @@ impl Runner {
     /// The error for a panic in the handler, logged with the object and handler.
     pub(crate) fn panicked(&self, message: &str) -> HandlerError {
         tracing::error!(
-            object = %self.reference, handler = self.spec.id,
+            object = %self.reference, handler = self.spec().id,
             "{} panicked: {message}", self.kind()
         );
         HandlerError::msg(format!("the handler panicked: {message}"))
-    }
-}
-
-/// A handler seen through its cleanup (a reconcile handler's, once its object is being
-/// deleted): what the invocation machinery calls is the cleanup.
-pub(crate) struct Cleanup(pub(crate) Arc<dyn ErasedHandler>);
-
-impl ErasedHandler for Cleanup {
-    fn spec(&self) -> &'static HandlerSpec {
-        self.0.spec()
-    }
-
-    fn matches(&self, object: &ObjectState) -> Result<bool, MatchError> {
-        self.0.matches(object)
-    }
-
-    fn invoke(&self, invocation: Invocation) -> Result<Call, HandlerError> {
-        self.0.cleanup(invocation)
     }
 }
 
