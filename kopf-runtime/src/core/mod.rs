@@ -31,7 +31,6 @@ pub(crate) mod sink;
 pub(crate) mod slack;
 pub(crate) mod spec;
 pub(crate) mod stop;
-pub(crate) mod stop_sleep;
 pub(crate) mod supervisor;
 pub(crate) mod sync;
 pub(crate) mod teardown;

@@ -2,12 +2,16 @@
 
 use crate::core::sync::lock;
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use tokio::sync::futures::Notified;
 use tokio::sync::{Notify, watch};
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 use tokio_util::sync::CancellationToken;
 
 bitflags::bitflags! {
@@ -326,11 +330,11 @@ impl Stopper {
     /// # }
     /// ```
     pub fn sleep(&self, duration: Duration) -> impl Future<Output = bool> + Send + '_ {
-        crate::core::stop_sleep::StopSleep::new(self, self.wake_at(duration))
+        StopSleep::new(self, self.wake_at(duration))
     }
 
     /// A `Notified` of the flag: made before a check of the flag, it sees every stop after it.
-    pub(crate) fn notified(&self) -> tokio::sync::futures::Notified<'_> {
+    pub(crate) fn notified(&self) -> Notified<'_> {
         self.inner.notify.notified()
     }
 
@@ -390,139 +394,64 @@ impl Stopper {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use std::time::Duration;
+// StopSleep: a sleep that a stop flag ends early, as one future of the size of its parts.
+//
+// Every idle timer's task, and every daemon that sleeps between its rounds, holds one of these
+// for as long as it waits, so its size is paid once per instance. Written with `select!`, the
+// same sleep takes 248 bytes (the branches' futures, the select's own state and the async
+// block's); this one holds a reference to the flag, its `Notified` and the `Sleep`: 184.
 
-    use super::*;
-
-    #[tokio::test(start_paused = true)]
-    async fn every_async_waiter_wakes_when_the_flag_is_set_later() {
-        let s = Stopper::new();
-        let waiters: Vec<_> = (0..3)
-            .map(|_| {
-                let s = s.clone();
-                tokio::spawn(async move { s.stopped().await })
-            })
-            .collect();
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        assert!(
-            waiters.iter().all(|w| !w.is_finished()),
-            "woken before the stop"
-        );
-        s.stop(StopReason::RESOURCE_DELETED);
-        for w in waiters {
-            tokio::time::timeout(Duration::from_secs(1), w)
-                .await
-                .expect("a waiter was not woken")
-                .expect("a waiter panicked");
-        }
+pin_project_lite::pin_project! {
+    /// Sleeps until a deadline unless the flag is set first; resolves to whether the flag is
+    /// set (checked again when the deadline passes, so a flag whose validity lapsed meanwhile
+    /// counts). The flag is checked first at every poll.
+    ///
+    /// # Cancellation safety
+    /// Cancel safe: dropping it has no effect on the flag.
+    pub(crate) struct StopSleep<'a> {
+        stopper: &'a Stopper,
+        // Made before the flag is first checked: `notify_waiters` wakes every `Notified` that
+        // exists when it is called, polled or not, so a stop between the check and the first
+        // poll is not lost.
+        #[pin]
+        notified: Notified<'a>,
+        #[pin]
+        sleep: Sleep,
     }
+}
 
-    #[test]
-    fn a_token_follows_the_flag_whether_made_before_or_after_the_stop() {
-        let s = Stopper::new();
-        let before = s.token();
-        assert!(!before.is_cancelled());
-        s.stop(StopReason::OPERATOR_EXITING);
-        assert!(before.is_cancelled());
-        assert!(s.token().is_cancelled());
-        let late = Stopper::new();
-        late.stop(StopReason::DONE);
-        assert!(late.token().is_cancelled());
-    }
-
-    /// The condvar is woken only for counted waiters: a stop racing a thread that is about to
-    /// block must still wake it (a miss would block the thread for the whole hour).
-    #[test]
-    fn a_blocked_thread_raced_against_the_stop_is_always_woken() {
-        for _ in 0..200 {
-            let s = Stopper::new();
-            let s2 = s.clone();
-            let t = std::thread::spawn(move || s2.wait(Duration::from_secs(3600)));
-            s.stop(StopReason::OPERATOR_EXITING);
-            assert!(t.join().expect("the waiting thread panicked"));
-        }
-        let s = Stopper::new();
-        let s2 = s.clone();
-        let t = std::thread::spawn(move || s2.wait(Duration::from_secs(3600)));
-        while s.lock().blocked == 0 {
-            std::thread::yield_now();
-        }
-        s.stop(StopReason::OPERATOR_EXITING);
-        assert!(
-            t.join().expect("the waiting thread panicked"),
-            "woken while blocked"
-        );
-        assert_eq!(s.lock().blocked, 0);
-    }
-
-    /// A daemon's loop, `while !stopper.sleep(d).await { body }`, in a process frozen past its
-    /// validity: when it thaws, the sleep that ran out meanwhile reports the stop, and no body
-    /// runs, though nobody has set the flag yet. A validity that is renewed keeps it running.
-    #[tokio::test(start_paused = true)]
-    async fn a_sleep_that_ends_past_the_validity_reports_the_stop() {
-        let start = Instant::now();
-        let (validity, bound) = watch::channel(Some(start + Duration::from_secs(10)));
-        let s = Stopper::new();
-        s.bind_validity(|| bound);
-        // Renewed while it runs: a sleep across the old deadline goes on.
-        assert!(!s.sleep(Duration::from_secs(8)).await);
-        validity.send_replace(Some(start + Duration::from_secs(20)));
-        assert!(!s.sleep(Duration::from_secs(8)).await);
-        assert!(!s.is_stopped());
-        // Frozen for 30 s in the middle of a sleep (the clock jumps, the timer is overdue).
-        let sleeping = tokio::spawn({
-            let s = s.clone();
-            async move { s.sleep(Duration::from_secs(1)).await }
-        });
-        tokio::task::yield_now().await;
-        tokio::time::advance(Duration::from_secs(30)).await;
-        assert!(sleeping.await.is_ok_and(|stopped| stopped));
-        assert_eq!(s.reason(), StopReason::OPERATOR_PAUSING);
-        assert!(s.token().is_cancelled());
-        s.stopped().await;
-        // The first set time is when the lapse was seen.
-        assert_eq!(s.since(), Some(start + Duration::from_secs(46)));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn every_check_of_a_lapsed_or_withdrawn_validity_reports_the_stop() {
-        let now = Instant::now();
-        for (until, stopped) in [
-            (Some(now + Duration::from_secs(1)), false),
-            (Some(now), true),
-            (Some(now - Duration::from_secs(1)), true),
-            (None, true),
-        ] {
-            let s = Stopper::new();
-            let (_validity, bound) = watch::channel(until);
-            s.bind_validity(|| bound);
-            assert_eq!(s.is_stopped(), stopped, "{until:?}");
-            assert_eq!(!s.reason().is_empty(), stopped, "{until:?}");
-            assert_eq!(s.token().is_cancelled(), stopped, "{until:?}");
-            assert_eq!(s.wait(Duration::ZERO), stopped, "{until:?}");
-        }
-        // Unbound: no validity, no lapse.
-        assert!(!Stopper::new().is_stopped());
-        // The first validity bound stays.
-        let s = Stopper::new();
-        let (_first, bound) = watch::channel(Some(now + Duration::from_secs(1)));
-        s.bind_validity(|| bound);
-        let (_second, bound) = watch::channel(None);
-        s.bind_validity(|| bound);
-        assert!(!s.is_stopped());
-    }
-
-    #[test]
-    fn a_token_raced_against_the_stop_is_always_cancelled() {
-        for _ in 0..200 {
-            let s = Stopper::new();
-            let s2 = s.clone();
-            let t = std::thread::spawn(move || s2.token());
-            s.stop(StopReason::OPERATOR_EXITING);
-            let token = t.join().expect("the token thread panicked");
-            assert!(token.is_cancelled());
+impl<'a> StopSleep<'a> {
+    /// A sleep until `deadline` that `stopper` ends early.
+    pub(crate) fn new(stopper: &'a Stopper, deadline: Instant) -> Self {
+        Self {
+            stopper,
+            notified: stopper.notified(),
+            sleep: tokio::time::sleep_until(deadline),
         }
     }
 }
+
+impl Future for StopSleep<'_> {
+    type Output = bool;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<bool> {
+        let mut this = self.project();
+        loop {
+            // Polled (registered) before the check: a stop after the check wakes this task.
+            let woken = this.notified.as_mut().poll(cx).is_ready();
+            if this.stopper.is_stopped() {
+                return Poll::Ready(true);
+            }
+            if !woken {
+                break;
+            }
+            // Woken without the flag set: wait for the next notification.
+            this.notified.set(this.stopper.notified());
+        }
+        this.sleep.poll(cx).map(|()| this.stopper.is_stopped())
+    }
+}
+
+#[cfg(test)]
+#[path = "stop_tests.rs"]
+mod tests;

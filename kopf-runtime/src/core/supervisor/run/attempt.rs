@@ -123,6 +123,6 @@ pub(crate) trait Instance: Send + Sync + 'static {
 
     /// Sleeps until `until` unless asked to stop first; `true` if asked to stop.
     fn sleep_until(&self, until: Instant) -> impl Future<Output = bool> + Send {
-        crate::core::stop_sleep::StopSleep::new(self.stopper(), until)
+        crate::core::stop::StopSleep::new(self.stopper(), until)
     }
 }
