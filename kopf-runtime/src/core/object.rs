@@ -60,6 +60,25 @@ enum Body {
     },
 }
 
+impl Body {
+    /// Compact text, whose tree is parsed back when asked for.
+    fn text(text: Box<str>) -> Self {
+        Self::Text {
+            text,
+            tree: OnceLock::new(),
+        }
+    }
+
+    /// `tree` as compact text, or the tree itself when the text could not be read back (nested
+    /// deeper than [`COMPACT_DEPTH`]) or not written.
+    fn compact(tree: &Arc<Value>) -> Self {
+        match serde_json::to_string(&**tree) {
+            Ok(text) if within_depth(tree, COMPACT_DEPTH) => Self::text(text.into_boxed_str()),
+            _ => Self::Tree(Arc::clone(tree)),
+        }
+    }
+}
+
 /// One version of an object: its identity, whether it is being deleted, and its JSON body
 /// (without `metadata.managedFields`). Typed views are decoded lazily and cached per type.
 ///
@@ -191,17 +210,8 @@ impl ObjectState {
     #[must_use]
     pub fn compacted(&self) -> Self {
         let body = match &self.body {
-            Body::Text { text, .. } => Body::Text {
-                text: text.clone(),
-                tree: OnceLock::new(),
-            },
-            Body::Tree(tree) => match serde_json::to_string(&**tree) {
-                Ok(text) if within_depth(tree, COMPACT_DEPTH) => Body::Text {
-                    text: text.into_boxed_str(),
-                    tree: OnceLock::new(),
-                },
-                _ => Body::Tree(Arc::clone(tree)),
-            },
+            Body::Text { text, .. } => Body::text(text.clone()),
+            Body::Tree(tree) => Body::compact(tree),
         };
         let first = OnceLock::new();
         if let Some(decoded) = self.first.get() {
@@ -249,14 +259,7 @@ impl ObjectState {
         if let Some(version) = &self.resource_version {
             meta.insert("resourceVersion".to_owned(), Value::from(&**version));
         }
-        let tree = Arc::new(serde_json::json!({ "metadata": meta }));
-        let body = match serde_json::to_string(&*tree) {
-            Ok(text) => Body::Text {
-                text: text.into_boxed_str(),
-                tree: OnceLock::new(),
-            },
-            Err(_) => Body::Tree(tree),
-        };
+        let body = Body::compact(&Arc::new(serde_json::json!({ "metadata": meta })));
         Self {
             reference: self.reference.clone(),
             deleting: self.deleting,
