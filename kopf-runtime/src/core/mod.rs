@@ -31,6 +31,7 @@ pub(crate) mod sink;
 pub(crate) mod slack;
 pub(crate) mod spec;
 pub(crate) mod stop;
+pub(crate) mod stop_reason;
 pub(crate) mod supervisor;
 pub(crate) mod sync;
 pub(crate) mod teardown;

@@ -6,7 +6,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use tokio::sync::futures::Notified;
@@ -14,67 +14,7 @@ use tokio::sync::{Notify, watch};
 use tokio::time::{Instant, Sleep};
 use tokio_util::sync::CancellationToken;
 
-bitflags::bitflags! {
-    /// Why a handler was asked to stop. Reasons combine: setting another reason ORs it in.
-    ///
-    /// ```
-    /// use kopf_runtime::StopReason;
-    /// let r = StopReason::RESOURCE_DELETED | StopReason::SIGNALLED;
-    /// assert!(r.contains(StopReason::RESOURCE_DELETED));
-    /// assert_eq!(r.to_string(), "resource deleted, signalled");
-    /// ```
-    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-    pub struct StopReason: u16 {
-        /// The handler finished on its own (returned, failed for good, or exhausted retries).
-        const DONE = 1 << 0;
-        /// The object no longer matches the handler's filters.
-        const FILTERS_MISMATCH = 1 << 1;
-        /// The object is being deleted (or is gone).
-        const RESOURCE_DELETED = 1 << 2;
-        /// The operator is paused (e.g. it lost leadership).
-        const OPERATOR_PAUSING = 1 << 3;
-        /// The operator is shutting down.
-        const OPERATOR_EXITING = 1 << 4;
-        /// The invocation ran past the handler's `timeout`.
-        const HANDLER_TIMEOUT = 1 << 5;
-        /// Stop ladder: the graceful phase (`cancellation_backoff`) has begun.
-        const SIGNALLED = 1 << 6;
-        /// Stop ladder: the task was cancelled (async: dropped at its next await).
-        const CANCELLED = 1 << 7;
-        /// Stop ladder: the task did not exit in time and was left behind.
-        const ABANDONED = 1 << 8;
-    }
-}
-
-impl fmt::Display for StopReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const NAMES: [(StopReason, &str); 9] = [
-            (StopReason::DONE, "done"),
-            (StopReason::FILTERS_MISMATCH, "filters mismatch"),
-            (StopReason::RESOURCE_DELETED, "resource deleted"),
-            (StopReason::OPERATOR_PAUSING, "operator pausing"),
-            (StopReason::OPERATOR_EXITING, "operator exiting"),
-            (StopReason::HANDLER_TIMEOUT, "handler timeout"),
-            (StopReason::SIGNALLED, "signalled"),
-            (StopReason::CANCELLED, "cancelled"),
-            (StopReason::ABANDONED, "abandoned"),
-        ];
-        let mut first = true;
-        for (flag, name) in NAMES {
-            if self.contains(flag) {
-                if !first {
-                    f.write_str(", ")?;
-                }
-                f.write_str(name)?;
-                first = false;
-            }
-        }
-        if first {
-            f.write_str("none")?;
-        }
-        Ok(())
-    }
-}
+pub use super::stop_reason::StopReason;
 
 #[derive(Debug, Default)]
 struct State {
@@ -83,6 +23,10 @@ struct State {
     /// Threads blocked in [`Stopper::wait`]: only then does a stop wake the condvar (a system
     /// call even with nobody waiting, paid twice by every instance at shutdown).
     blocked: u32,
+    /// Whether an async waiter holds the flag's one waker slot (see `StopWait`).
+    slot_held: bool,
+    /// The slot's waker, taken and woken by a stop.
+    waker: Option<Waker>,
 }
 
 /// Until when the holder of a flag may act, on the local monotonic clock (`None`: not at all).
@@ -198,9 +142,13 @@ impl Stopper {
         let token = self.inner.token.get().cloned();
         // Read under the lock: a thread counts itself under it before it blocks.
         let wake_threads = state.blocked > 0;
+        let waker = state.waker.take();
         drop(state);
         if wake_threads {
             self.inner.cond.notify_all();
+        }
+        if let Some(waker) = waker {
+            waker.wake();
         }
         self.inner.notify.notify_waiters();
         if let Some(token) = token {
@@ -287,26 +235,18 @@ impl Stopper {
     /// s.stopped().await;
     /// # }
     /// ```
-    pub async fn stopped(&self) {
-        loop {
-            // Made before the check: `notify_waiters` wakes every `Notified` that exists when it
-            // is called, polled or not, so a stop between the check and the await is not lost.
-            let notified = self.inner.notify.notified();
-            if self.is_stopped() {
-                return;
-            }
-            notified.await;
-        }
+    pub fn stopped(&self) -> impl Future<Output = ()> + Send + '_ {
+        self.reasons(|reason| !reason.is_empty())
     }
 
-    /// Waits until the reasons satisfy `done` (re-checked at every `stop()`).
-    pub(crate) async fn reasons(&self, done: impl Fn(StopReason) -> bool) {
-        loop {
-            let notified = self.inner.notify.notified();
-            if done(self.reason()) {
-                return;
-            }
-            notified.await;
+    /// Waits until the reasons satisfy `done` (checked again at every `stop()`).
+    ///
+    /// # Cancellation safety
+    /// Cancel safe: dropping it has no effect on the flag.
+    pub(crate) fn reasons<F: Fn(StopReason) -> bool>(&self, done: F) -> Reasons<'_, F> {
+        Reasons {
+            wait: StopWait::new(self),
+            done,
         }
     }
 
@@ -331,11 +271,6 @@ impl Stopper {
     /// ```
     pub fn sleep(&self, duration: Duration) -> impl Future<Output = bool> + Send + '_ {
         StopSleep::new(self, self.wake_at(duration))
-    }
-
-    /// A `Notified` of the flag: made before a check of the flag, it sees every stop after it.
-    pub(crate) fn notified(&self) -> Notified<'_> {
-        self.inner.notify.notified()
     }
 
     /// When a sleep of `duration` from now ends, with the flag's slack.
@@ -394,12 +329,93 @@ impl Stopper {
     }
 }
 
-// StopSleep: a sleep that a stop flag ends early, as one future of the size of its parts.
+// Async waits on a flag, each as one small future.
 //
-// Every idle timer's task, and every daemon that sleeps between its rounds, holds one of these
-// for as long as it waits, so its size is paid once per instance. Written with `select!`, the
-// same sleep takes 248 bytes (the branches' futures, the select's own state and the async
-// block's); this one holds a reference to the flag, its `Notified` and the `Sleep`: 184.
+// Every idle timer's task, and every daemon that sleeps between its rounds, holds a sleep for
+// as long as it waits, so its size is paid once per instance. A `Notified` takes 64 bytes (a
+// node of the `Notify`'s list of waiters); the one waiter a flag has at a time (the task
+// that owns it) instead keeps its waker in the flag's state, and a waiter that finds that slot
+// held uses a boxed `Notified`. Written with `select!` over a `Notified`, a sleep took 248
+// bytes; as a `Notified` and a `Sleep` in one future, 184; with the slot, 128.
+
+/// Waits for a flag: through its waker slot when this waiter holds it, else through a
+/// boxed `Notified` made before the first check (`notify_waiters` wakes every `Notified` that
+/// exists when it is called, polled or not, so a stop between the check and the first poll
+/// is not lost). Dropping it frees the slot.
+pub(crate) enum StopWait<'a> {
+    /// Holds the flag's waker slot.
+    Slot(&'a Stopper),
+    /// Another waiter holds the slot.
+    Shared(&'a Stopper, Pin<Box<Notified<'a>>>),
+}
+
+impl<'a> StopWait<'a> {
+    /// A waiter of `stopper`'s flag (it takes the slot if the slot is free).
+    pub(crate) fn new(stopper: &'a Stopper) -> Self {
+        let mut state = stopper.lock();
+        if state.slot_held {
+            drop(state);
+            Self::Shared(stopper, Box::pin(stopper.inner.notify.notified()))
+        } else {
+            state.slot_held = true;
+            Self::Slot(stopper)
+        }
+    }
+
+    /// The flag waited for.
+    fn stopper(&self) -> &'a Stopper {
+        match self {
+            Self::Slot(stopper) | Self::Shared(stopper, _) => stopper,
+        }
+    }
+
+    /// Whether the reasons satisfy `done`; if not, the task is woken by the next `stop()`.
+    pub(crate) fn poll_until(
+        &mut self,
+        cx: &mut Context<'_>,
+        done: impl Fn(StopReason) -> bool,
+    ) -> bool {
+        match self {
+            Self::Slot(stopper) => {
+                // Applies a lapsed validity first (it sets the flag).
+                let _set = stopper.is_stopped();
+                let mut state = stopper.lock();
+                if done(state.reason) {
+                    return true;
+                }
+                // Under the lock a `stop()` takes the waker under: set before the check above
+                // was seen by it, or wakes the waker kept here.
+                match &mut state.waker {
+                    Some(waker) if waker.will_wake(cx.waker()) => {}
+                    slot => *slot = Some(cx.waker().clone()),
+                }
+                false
+            }
+            Self::Shared(stopper, notified) => loop {
+                // Polled (registered) before the check: a stop after the check wakes the task.
+                let woken = notified.as_mut().poll(cx).is_ready();
+                if done(stopper.reason()) {
+                    return true;
+                }
+                if !woken {
+                    return false;
+                }
+                // Woken, but not done: wait for the next notification.
+                notified.set(stopper.inner.notify.notified());
+            },
+        }
+    }
+}
+
+impl Drop for StopWait<'_> {
+    fn drop(&mut self) {
+        if let Self::Slot(stopper) = self {
+            let mut state = stopper.lock();
+            state.slot_held = false;
+            state.waker = None;
+        }
+    }
+}
 
 pin_project_lite::pin_project! {
     /// Sleeps until a deadline unless the flag is set first; resolves to whether the flag is
@@ -409,12 +425,7 @@ pin_project_lite::pin_project! {
     /// # Cancellation safety
     /// Cancel safe: dropping it has no effect on the flag.
     pub(crate) struct StopSleep<'a> {
-        stopper: &'a Stopper,
-        // Made before the flag is first checked: `notify_waiters` wakes every `Notified` that
-        // exists when it is called, polled or not, so a stop between the check and the first
-        // poll is not lost.
-        #[pin]
-        notified: Notified<'a>,
+        wait: StopWait<'a>,
         #[pin]
         sleep: Sleep,
     }
@@ -424,8 +435,7 @@ impl<'a> StopSleep<'a> {
     /// A sleep until `deadline` that `stopper` ends early.
     pub(crate) fn new(stopper: &'a Stopper, deadline: Instant) -> Self {
         Self {
-            stopper,
-            notified: stopper.notified(),
+            wait: StopWait::new(stopper),
             sleep: tokio::time::sleep_until(deadline),
         }
     }
@@ -435,20 +445,34 @@ impl Future for StopSleep<'_> {
     type Output = bool;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<bool> {
-        let mut this = self.project();
-        loop {
-            // Polled (registered) before the check: a stop after the check wakes this task.
-            let woken = this.notified.as_mut().poll(cx).is_ready();
-            if this.stopper.is_stopped() {
-                return Poll::Ready(true);
-            }
-            if !woken {
-                break;
-            }
-            // Woken without the flag set: wait for the next notification.
-            this.notified.set(this.stopper.notified());
+        let this = self.project();
+        if this.wait.poll_until(cx, |reason| !reason.is_empty()) {
+            return Poll::Ready(true);
         }
-        this.sleep.poll(cx).map(|()| this.stopper.is_stopped())
+        let stopper = this.wait.stopper();
+        this.sleep.poll(cx).map(|()| stopper.is_stopped())
+    }
+}
+
+/// Waits until the flag's reasons satisfy a condition ([`Stopper::reasons`]).
+///
+/// # Cancellation safety
+/// Cancel safe: dropping it has no effect on the flag.
+pub(crate) struct Reasons<'a, F> {
+    wait: StopWait<'a>,
+    done: F,
+}
+
+impl<F: Fn(StopReason) -> bool + Unpin> Future for Reasons<'_, F> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        if this.wait.poll_until(cx, &this.done) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
     }
 }
 

@@ -137,8 +137,8 @@ fn a_token_raced_against_the_stop_is_always_cancelled() {
 #[test]
 fn it_is_smaller_than_the_select_it_replaces() {
     let size = std::mem::size_of::<StopSleep<'static>>();
-    let parts = std::mem::size_of::<Sleep>() + std::mem::size_of::<Notified<'static>>() + 8;
-    assert_eq!(size, parts, "a reference, a Notified and a Sleep");
+    let parts = std::mem::size_of::<Sleep>() + 16;
+    assert_eq!(size, parts, "a Sleep and a waiter of two words");
     assert!(size < 248, "{size} bytes");
 }
 
@@ -188,4 +188,87 @@ async fn a_validity_that_lapsed_during_the_sleep_counts() {
     let (_keep, validity) = tokio::sync::watch::channel(Some(start + Duration::from_secs(9)));
     stopper.bind_validity(|| validity);
     assert!(!StopSleep::new(&stopper, start + Duration::from_secs(4)).await);
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_waiter_is_woken_whether_it_holds_the_slot_or_not() {
+    let stopper = Stopper::new();
+    let start = Instant::now();
+    // Each waiter in a task of its own: a wake-up of one task must not stand in for another's.
+    let waiter = |stopper: Stopper| {
+        tokio::spawn(async move {
+            let sleep = StopSleep::new(&stopper, start + Duration::from_secs(3600));
+            let slot = matches!(sleep.wait, StopWait::Slot(_));
+            (slot, sleep.await, start.elapsed())
+        })
+    };
+    let (first, second) = (waiter(stopper.clone()), waiter(stopper.clone()));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stopper.stop(StopReason::RESOURCE_DELETED);
+    let first = first.await.expect("the first waiter did not panic");
+    let second = second.await.expect("the second waiter did not panic");
+    assert_eq!(
+        first,
+        (true, true, Duration::from_secs(3)),
+        "the slot's holder"
+    );
+    assert_eq!(
+        second,
+        (false, true, Duration::from_secs(3)),
+        "the other waiter"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dropped_waiter_frees_the_slot() {
+    let stopper = Stopper::new();
+    let deadline = Instant::now() + Duration::from_secs(1);
+    drop(StopSleep::new(&stopper, deadline));
+    let again = StopSleep::new(&stopper, deadline);
+    assert!(
+        matches!(again.wait, StopWait::Slot(_)),
+        "the slot was freed"
+    );
+    assert!(!again.await);
+}
+
+#[tokio::test(start_paused = true)]
+async fn reasons_wait_for_their_condition() {
+    let stopper = Stopper::new();
+    let stopping = stopper.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        stopping.stop(StopReason::SIGNALLED);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        stopping.stop(StopReason::ABANDONED);
+    });
+    let start = Instant::now();
+    stopper.reasons(|r| r.contains(StopReason::ABANDONED)).await;
+    assert_eq!(
+        start.elapsed(),
+        Duration::from_secs(2),
+        "not woken done by the first stop"
+    );
+}
+
+/// A stop from another thread, racing the waiter's registration: never lost.
+#[test]
+fn a_stop_racing_the_slot_waiter_is_never_lost() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_time()
+        .build()
+        .expect("a runtime");
+    for _ in 0..500 {
+        let stopper = Stopper::new();
+        let stopping = stopper.clone();
+        let waiter = runtime.spawn(async move { stopper.sleep(Duration::from_secs(3600)).await });
+        let thread = std::thread::spawn(move || stopping.stop(StopReason::OPERATOR_EXITING));
+        let stopped = runtime
+            .block_on(async { tokio::time::timeout(Duration::from_secs(10), waiter).await })
+            .expect("the waiter was woken")
+            .expect("the waiter did not panic");
+        assert!(stopped);
+        thread.join().expect("the stopping thread did not panic");
+    }
 }

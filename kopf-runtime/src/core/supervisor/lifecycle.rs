@@ -110,7 +110,7 @@ impl SupervisorCore {
         }
         Self::changes_seen(entry, digest, back);
         if entry.essence.is_some() && entry.essence != essence {
-            entry.idle.reset(Instant::now());
+            entry.object.idle.reset(Instant::now());
         }
         entry.essence = essence;
         entry.finalizer_on = object.has_finalizer(&self.config.finalizer);
@@ -129,9 +129,9 @@ impl SupervisorCore {
             if slot.skipped != version {
                 slot.skipped = version;
                 let handler = self.handlers[index].spec().id;
-                tracing::warn!(object = %entry.reference, handler, "skipped: {message}");
+                tracing::warn!(object = %entry.reference(), handler, "skipped: {message}");
                 self.road.send(Effect::Skipped {
-                    object: entry.reference.clone(),
+                    object: entry.reference().clone(),
                     handler,
                     message,
                     summary,
@@ -218,7 +218,7 @@ impl SupervisorCore {
                     if wanted && !lingering.warned {
                         lingering.warned = true;
                         self.thread_waits.fetch_add(1, Ordering::Relaxed);
-                        let (object, handler) = (&entry.reference, self.handlers[index].spec().id);
+                        let (object, handler) = (entry.reference(), self.handlers[index].spec().id);
                         tracing::warn!(%object, uid = %object.uid, handler,
                             "an abandoned invocation is still running on its thread: \
                              the handler starts again once it returns");
@@ -239,7 +239,7 @@ impl SupervisorCore {
         let hold = self.holds(entry);
         if !entry.gone && entry.finalizer_sent != Some(hold) {
             entry.finalizer_sent = Some(hold);
-            let object = entry.reference.clone();
+            let object = entry.reference().clone();
             self.road.send(Effect::Finalizer { object, hold });
         }
         if entry.gone && !entry.is_busy() {
@@ -395,7 +395,7 @@ impl SupervisorCore {
                 })
             }
         };
-        let reference = entry.reference.clone();
+        let reference = entry.reference().clone();
         let kind = self.handlers[index].spec().kind;
         state.record_exit(reference, self.handlers[index].spec().id, kind, exit);
         self.count_stop(index, instance, exit);
@@ -477,7 +477,7 @@ fn evaluate(handler: &dyn crate::core::erased::ErasedHandler, object: &ObjectSta
         Err(panic) => {
             let message = format!(
                 "the filters panicked: {}",
-                super::run::runner::panic_message(&panic)
+                super::run::work::panic_message(&panic)
             );
             Match::Skip(message.clone(), message)
         }

@@ -398,7 +398,9 @@ impl Supervisor {
     pub fn uid_of(&self, namespace: Option<&str>, name: &str) -> Option<Arc<str>> {
         let state = self.inner().lock();
         let found = state.objects.iter().find(|(_, e)| {
-            !e.gone && *e.reference.name == *name && e.reference.namespace.as_deref() == namespace
+            !e.gone
+                && *e.reference().name == *name
+                && e.reference().namespace.as_deref() == namespace
         });
         found.map(|(uid, _)| Arc::clone(uid))
     }

@@ -203,7 +203,7 @@ impl SupervisorCore {
                     active.shared.stop(StopReason::ABANDONED);
                     self.count_stop(index, &active.shared, Exit::Abandoned);
                     slot.run = Run::Idle;
-                    left.push((Arc::clone(uid), entry.reference.clone(), index));
+                    left.push((Arc::clone(uid), entry.object.reference.clone(), index));
                 }
             }
         }

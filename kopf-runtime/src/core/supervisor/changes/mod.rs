@@ -98,7 +98,7 @@ impl SupervisorCore {
         {
             run.stop();
         }
-        let reference = entry.reference.clone();
+        let reference = entry.reference().clone();
         if let Some(index) = current {
             let spec = self.handlers[index].spec();
             state.record_exit(reference, spec.id, spec.kind, exit);
@@ -136,7 +136,7 @@ impl SupervisorCore {
             if let Some(index) = index {
                 self.count_stop(index, &task, Exit::Abandoned);
             }
-            left.push((Arc::clone(uid), entry.reference.clone(), index));
+            left.push((Arc::clone(uid), entry.reference().clone(), index));
         }
         for (uid, object, index) in left {
             if let Some(index) = index {

@@ -55,7 +55,7 @@ pub(crate) fn spawn(inner: &Arc<SupervisorCore>, entry: &mut ObjectEntry) {
     changes.running = None;
     let task = ChangeTask {
         inner: Arc::clone(inner),
-        uid: Arc::clone(&entry.reference.uid),
+        uid: Arc::clone(&entry.reference().uid),
         shared,
         current: None,
         exit: Exit::Dropped,
@@ -200,7 +200,7 @@ impl ChangeTask {
         let (outcome, output) = match runner.attempt(attempt).await {
             AttemptEnd::Stopped(exit) => return Some(self.stopped(exit)),
             AttemptEnd::Finished(Ok(output)) => {
-                tracing::debug!(object = %runner.reference, handler = runner.spec().id,
+                tracing::debug!(object = %runner.reference(), handler = runner.spec().id,
                     "{} succeeded", runner.kind());
                 (Judged::Succeeded, Some(output))
             }
@@ -282,7 +282,7 @@ impl ChangeTask {
             let Some(entry) = state.objects.get(&self.uid) else {
                 return;
             };
-            (entry.reference.clone(), entry.live.borrow().body_value())
+            (entry.reference().clone(), entry.live.borrow().body_value())
         };
         let Some(changes) = self.inner.changes() else {
             return;

@@ -7,7 +7,7 @@
 //!  attempt: what a kind's loop sees (Attempt, AttemptEnd, the Instance trait)
 //!    ▲ implemented by
 //!  invoke (one attempt: timeout, stop ladder, threads) ──▶ runner (one handler on one object)
-//!                                                             │
+//!    └─▶ work (the work in flight: a future or a thread)     │
 //!  state ◀── parts (a kind's state, by type)      road ──▶ Effect channel / output sink
 //!    │
 //!  instance (shared flags, ladder mark), meter, census, stats, report, outputs, blocking
@@ -29,3 +29,4 @@ pub(crate) mod road;
 pub(crate) mod runner;
 pub(crate) mod state;
 pub(crate) mod stats;
+pub(crate) mod work;

@@ -1,6 +1,5 @@
 //! One instance of a handler for one object: its task, its context, and how it reports.
 
-use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -11,12 +10,12 @@ use tokio::time::Instant;
 
 use super::attempt::Instance;
 use super::meter::{HandlerMeter, InvocationResult};
-use super::state::{IdleClock, InstanceShared, ObjectEntry, SupervisorCore};
+use super::state::{InstanceShared, ObjectEntry, ObjectShared, SupervisorCore};
+use super::work::panic_message;
 use crate::core::call::Output;
 use crate::core::effects::Effect;
 use crate::core::erased::{Call, ErasedHandler, Invocation};
 use crate::core::latest::ObjectWatch;
-use crate::core::memo::ObjectMemo;
 use crate::core::object::ObjectRef;
 use crate::core::outcome::HandlerError;
 use crate::core::spec::{HandlerKind, HandlerSpec};
@@ -27,7 +26,8 @@ use crate::core::supervisor::rules::verdict::Verdict;
 /// The context of one instance's task.
 pub(crate) struct Runner {
     pub(crate) inner: Arc<SupervisorCore>,
-    pub(crate) reference: ObjectRef,
+    /// The object's identity, idle clock and memo.
+    pub(crate) object: Arc<ObjectShared>,
     /// The handler's index in the supervisor's list (a `u32`, so that it packs with `cleanup`:
     /// every byte of the runner is kept by every instance's task).
     index: u32,
@@ -36,9 +36,6 @@ pub(crate) struct Runner {
     cleanup: bool,
     pub(crate) shared: Arc<InstanceShared>,
     pub(crate) live: ObjectWatch,
-    pub(crate) idle: Arc<IdleClock>,
-    /// The object's memo.
-    pub(crate) memo: Arc<ObjectMemo>,
     /// The instance's span, given to every invocation (one per instance: creating a span with
     /// its fields costs microseconds under a formatting subscriber). Boxed, and `None` when no
     /// subscriber wants it: a `Span` takes 40 bytes in every instance's task even when disabled.
@@ -67,7 +64,7 @@ impl Runner {
         shared: Arc<InstanceShared>,
     ) -> Self {
         let span = Some(instance_span(
-            &entry.reference,
+            entry.reference(),
             inner.handlers[index].spec(),
         ))
         .filter(|span| !span.is_disabled())
@@ -75,13 +72,11 @@ impl Runner {
         let index = u32::try_from(index).expect("fewer than 2^32 handlers");
         Self {
             inner: Arc::clone(inner),
-            reference: entry.reference.clone(),
+            object: Arc::clone(&entry.object),
             index,
             cleanup: false,
             shared,
             live: entry.live.subscribe(),
-            idle: Arc::clone(&entry.idle),
-            memo: Arc::clone(&entry.memo),
             span,
             change: None,
         }
@@ -118,6 +113,11 @@ impl Runner {
             .as_deref()
             .cloned()
             .unwrap_or_else(tracing::Span::none)
+    }
+
+    /// The object's identity.
+    pub(crate) fn reference(&self) -> &ObjectRef {
+        &self.object.reference
     }
 
     /// The handler's index in the supervisor's list.
@@ -171,7 +171,7 @@ impl Runner {
         catch_unwind(AssertUnwindSafe(|| self.handler().initial_delay(&object))).unwrap_or_else(
             |panic| {
                 tracing::error!(
-                    object = %self.reference, handler = self.spec().id,
+                    object = %self.reference(), handler = self.spec().id,
                     "the initial_delay function panicked: {}", panic_message(&panic)
                 );
                 self.spec().initial_delay
@@ -181,17 +181,17 @@ impl Runner {
 
     /// Sends a successful invocation's result and patch, if any.
     pub(crate) fn emit_output(&self, output: Output) {
-        tracing::debug!(object = %self.reference, handler = self.spec().id, "{} succeeded", self.kind());
+        tracing::debug!(object = %self.reference(), handler = self.spec().id, "{} succeeded", self.kind());
         if output.result.is_none() && output.patch.is_none() {
             return;
         }
         let effect = Effect::Output {
-            object: self.reference.clone(),
+            object: self.reference().clone(),
             handler: self.spec().id,
             result: output.result,
             patch: output.patch,
         };
-        self.inner.emit(&self.reference.uid, effect);
+        self.inner.emit(&self.reference().uid, effect);
     }
 
     /// Counts, logs and reports a failed invocation, and sends the patch it left pending.
@@ -199,14 +199,14 @@ impl Runner {
         self.inner.failures.fetch_add(1, Ordering::Relaxed);
         if let Some(patch) = err.patch() {
             let effect = Effect::Output {
-                object: self.reference.clone(),
+                object: self.reference().clone(),
                 handler: self.spec().id,
                 result: None,
                 patch: Some(patch.clone()),
             };
-            self.inner.emit(&self.reference.uid, effect);
+            self.inner.emit(&self.reference().uid, effect);
         }
-        let (object, handler, message) = (&self.reference, self.spec().id, err.report());
+        let (object, handler, message) = (self.reference(), self.spec().id, err.report());
         let retry = match verdict {
             Verdict::Ignored => {
                 tracing::warn!(%object, handler, "{} failed (errors ignored): {message}", self.kind());
@@ -236,7 +236,7 @@ impl Runner {
             summary: err.to_string(),
             fatal: !retry,
         };
-        self.inner.emit(&self.reference.uid, effect);
+        self.inner.emit(&self.reference().uid, effect);
     }
 
     /// Waits until the thread of an abandoned invocation of this instance (one that ran past
@@ -248,7 +248,7 @@ impl Runner {
         };
         self.inner.thread_waits.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(
-            object = %self.reference, uid = %self.reference.uid, handler = self.spec().id,
+            object = %self.reference(), uid = %self.reference().uid, handler = self.spec().id,
             "the {}'s abandoned invocation is still running on its thread: the next one waits for it",
             self.kind()
         );
@@ -276,7 +276,7 @@ impl Runner {
             return Some(permit);
         }
         tracing::warn!(
-            object = %self.reference, handler = self.spec().id,
+            object = %self.reference(), handler = self.spec().id,
             "all {} dedicated threads are busy: the {} is queued", pool.capacity(), self.kind()
         );
         self.shared.queued.store(true, Ordering::SeqCst);
@@ -292,20 +292,9 @@ impl Runner {
     /// The error for a panic in the handler, logged with the object and handler.
     pub(crate) fn panicked(&self, message: &str) -> HandlerError {
         tracing::error!(
-            object = %self.reference, handler = self.spec().id,
+            object = %self.reference(), handler = self.spec().id,
             "{} panicked: {message}", self.kind()
         );
         HandlerError::msg(format!("the handler panicked: {message}"))
-    }
-}
-
-/// The message of a caught panic.
-pub(crate) fn panic_message(payload: &Box<dyn Any + Send>) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "a non-string panic payload".to_owned()
     }
 }

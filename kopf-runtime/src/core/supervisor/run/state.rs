@@ -228,11 +228,10 @@ pub(crate) enum Seen {
 
 /// What the supervisor remembers about one object (by UID).
 pub(crate) struct ObjectEntry {
-    pub(crate) reference: ObjectRef,
+    /// The identity and the idle clock, shared with the object's instances.
+    pub(crate) object: Arc<ObjectShared>,
     /// The latest version, shared with running handlers.
     pub(crate) live: ObjectSender,
-    /// When the essence last changed (or the object was first seen), for `idle` timers.
-    pub(crate) idle: Arc<IdleClock>,
     pub(crate) essence: Option<u64>,
     pub(crate) deleting: bool,
     pub(crate) gone: bool,
@@ -243,8 +242,6 @@ pub(crate) struct ObjectEntry {
     pub(crate) finalizer_sent: Option<bool>,
     /// Whether the latest version carries the framework's finalizer.
     pub(crate) finalizer_on: bool,
-    /// What the object's handlers keep for it (`Memo<T>`).
-    pub(crate) memo: Arc<ObjectMemo>,
     /// One slot per handler, by handler index (a change handler's slot only keeps whether it
     /// matches: its invocations run in the object's change task).
     pub(crate) slots: Vec<Slot>,
@@ -253,18 +250,25 @@ pub(crate) struct ObjectEntry {
 }
 
 impl ObjectEntry {
+    /// The object's identity.
+    pub(crate) fn reference(&self) -> &ObjectRef {
+        &self.object.reference
+    }
+
     pub(crate) fn new(object: Arc<ObjectState>, handlers: usize) -> Self {
         Self {
-            reference: object.reference().clone(),
+            object: Arc::new(ObjectShared {
+                reference: object.reference().clone(),
+                idle: IdleClock::new(Instant::now()),
+                memo: Arc::default(),
+            }),
             live: ObjectSender::new(object),
-            idle: Arc::new(IdleClock::new(Instant::now())),
             essence: None,
             deleting: false,
             gone: false,
             released: false,
             finalizer_sent: None,
             finalizer_on: false,
-            memo: Arc::default(),
             slots: (0..handlers).map(|_| Slot::default()).collect(),
             parts: ObjectParts::default(),
         }
@@ -349,6 +353,17 @@ pub(crate) struct Lingering {
 pub(crate) struct Active {
     /// Shared with the instance's task (which reports its exit with it).
     pub(crate) shared: Arc<InstanceShared>,
+}
+
+/// What all of an object's instances share, in one allocation beside its memo (every instance's task keeps a
+/// pointer to it, not copies of its parts).
+#[derive(Debug)]
+pub(crate) struct ObjectShared {
+    pub(crate) reference: ObjectRef,
+    /// When the essence last changed (or the object was first seen), for `idle` timers.
+    pub(crate) idle: IdleClock,
+    /// What the object's handlers keep for it (`Memo<T>`).
+    pub(crate) memo: Arc<ObjectMemo>,
 }
 
 /// When an object's essence last changed, and how often it did. Timers are woken by the live
