@@ -127,6 +127,7 @@ fn act(work: &Work, runner: &Runner, action: Action, stopper: &Stopper) -> Optio
         }
     }
 }
+
 /// Awaits an invocation's work while enforcing its timeout and stepping the stop ladder.
 ///
 /// # Cancellation safety
