@@ -338,34 +338,41 @@ impl Stopper {
 // held uses a boxed `Notified`. Written with `select!` over a `Notified`, a sleep took 248
 // bytes; as a `Notified` and a `Sleep` in one future, 184; with the slot, 128.
 
-/// Waits for a flag: through its waker slot when this waiter holds it, else through a
-/// boxed `Notified` made before the first check (`notify_waiters` wakes every `Notified` that
-/// exists when it is called, polled or not, so a stop between the check and the first poll
-/// is not lost). Dropping it frees the slot.
+/// Waits for a flag: through its waker slot when this waiter holds it, else through a boxed
+/// `Notified`. Nothing is taken before the first poll (a wait that is ready at once, or never
+/// polled, costs no lock); the first poll checks the flag under the lock a `stop()` takes, so a
+/// stop before it is not lost. Dropping it frees the slot.
 pub(crate) enum StopWait<'a> {
+    /// Not polled yet, or found done at its first poll: holds nothing.
+    Unpolled(&'a Stopper),
     /// Holds the flag's waker slot.
     Slot(&'a Stopper),
-    /// Another waiter holds the slot.
-    Shared(&'a Stopper, Pin<Box<Notified<'a>>>),
+    /// Another waiter held the slot (the flag is kept in the box: three variants of one word
+    /// each keep the waiter at two words).
+    Shared(Pin<Box<SharedWait<'a>>>),
+}
+
+pin_project_lite::pin_project! {
+    /// A waiter that did not get the flag's slot: a `Notified` of the flag, made before the
+    /// check that follows it.
+    pub(crate) struct SharedWait<'a> {
+        stopper: &'a Stopper,
+        #[pin]
+        notified: Notified<'a>,
+    }
 }
 
 impl<'a> StopWait<'a> {
-    /// A waiter of `stopper`'s flag (it takes the slot if the slot is free).
+    /// A waiter of `stopper`'s flag (it takes the slot at its first poll if the slot is free).
     pub(crate) fn new(stopper: &'a Stopper) -> Self {
-        let mut state = stopper.lock();
-        if state.slot_held {
-            drop(state);
-            Self::Shared(stopper, Box::pin(stopper.inner.notify.notified()))
-        } else {
-            state.slot_held = true;
-            Self::Slot(stopper)
-        }
+        Self::Unpolled(stopper)
     }
 
     /// The flag waited for.
     fn stopper(&self) -> &'a Stopper {
         match self {
-            Self::Slot(stopper) | Self::Shared(stopper, _) => stopper,
+            Self::Unpolled(stopper) | Self::Slot(stopper) => stopper,
+            Self::Shared(shared) => shared.stopper,
         }
     }
 
@@ -375,13 +382,24 @@ impl<'a> StopWait<'a> {
         cx: &mut Context<'_>,
         done: impl Fn(StopReason) -> bool,
     ) -> bool {
+        let stopper = self.stopper();
         match self {
-            Self::Slot(stopper) => {
+            Self::Unpolled(_) | Self::Slot(_) => {
                 // Applies a lapsed validity first (it sets the flag).
                 let _set = stopper.is_stopped();
                 let mut state = stopper.lock();
                 if done(state.reason) {
                     return true;
+                }
+                if matches!(self, Self::Unpolled(_)) {
+                    if state.slot_held {
+                        drop(state);
+                        let notified = stopper.inner.notify.notified();
+                        *self = Self::Shared(Box::pin(SharedWait { stopper, notified }));
+                        return self.poll_until(cx, done);
+                    }
+                    state.slot_held = true;
+                    *self = Self::Slot(stopper);
                 }
                 // Under the lock a `stop()` takes the waker under: set before the check above
                 // was seen by it, or wakes the waker kept here.
@@ -391,8 +409,9 @@ impl<'a> StopWait<'a> {
                 }
                 false
             }
-            Self::Shared(stopper, notified) => loop {
+            Self::Shared(shared) => loop {
                 // Polled (registered) before the check: a stop after the check wakes the task.
+                let mut notified = shared.as_mut().project().notified;
                 let woken = notified.as_mut().poll(cx).is_ready();
                 if done(stopper.reason()) {
                     return true;

@@ -197,7 +197,10 @@ async fn every_waiter_is_woken_whether_it_holds_the_slot_or_not() {
     // Each waiter in a task of its own: a wake-up of one task must not stand in for another's.
     let waiter = |stopper: Stopper| {
         tokio::spawn(async move {
-            let sleep = StopSleep::new(&stopper, start + Duration::from_secs(3600));
+            let mut sleep =
+                std::pin::pin!(StopSleep::new(&stopper, start + Duration::from_secs(3600)));
+            // The slot is taken at the first poll.
+            assert!(futures::poll!(sleep.as_mut()).is_pending());
             let slot = matches!(sleep.wait, StopWait::Slot(_));
             (slot, sleep.await, start.elapsed())
         })
@@ -223,13 +226,35 @@ async fn every_waiter_is_woken_whether_it_holds_the_slot_or_not() {
 async fn a_dropped_waiter_frees_the_slot() {
     let stopper = Stopper::new();
     let deadline = Instant::now() + Duration::from_secs(1);
-    drop(StopSleep::new(&stopper, deadline));
-    let again = StopSleep::new(&stopper, deadline);
+    {
+        let mut first = std::pin::pin!(StopSleep::new(&stopper, deadline));
+        assert!(
+            matches!(first.wait, StopWait::Unpolled(_)),
+            "nothing taken before a poll"
+        );
+        assert!(futures::poll!(first.as_mut()).is_pending());
+        assert!(
+            matches!(first.wait, StopWait::Slot(_)),
+            "the first poll takes the slot"
+        );
+    }
+    let mut again = std::pin::pin!(StopSleep::new(&stopper, deadline));
+    assert!(futures::poll!(again.as_mut()).is_pending());
     assert!(
         matches!(again.wait, StopWait::Slot(_)),
         "the slot was freed"
     );
     assert!(!again.await);
+}
+
+/// A wait found done at its first poll takes nothing, so a later waiter gets the slot.
+#[tokio::test(start_paused = true)]
+async fn a_wait_done_at_once_takes_nothing() {
+    let stopper = Stopper::new();
+    stopper.stop(StopReason::DONE);
+    let mut done = std::pin::pin!(stopper.reasons(|r| !r.is_empty()));
+    assert!(futures::poll!(done.as_mut()).is_ready());
+    assert!(matches!(done.wait, StopWait::Unpolled(_)));
 }
 
 #[tokio::test(start_paused = true)]
