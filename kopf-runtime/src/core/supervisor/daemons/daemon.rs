@@ -14,36 +14,45 @@ use crate::core::supervisor::rules::verdict::Verdict;
 use crate::core::supervisor::run::attempt::{Attempt, AttemptEnd, Instance};
 
 /// Runs a daemon instance to its end.
-pub(crate) async fn run<R: Instance>(runner: &mut R) -> Exit {
-    if let Some(delay) = runner.initial_delay()
-        && runner.sleep_until(Instant::now() + delay).await
-    {
-        return Exit::Exited;
-    }
-    let started = Instant::now();
-    let mut retry = 0;
-    loop {
-        let attempt = Attempt {
-            retry,
-            started,
-            occurrence: None,
-            due: None,
-        };
-        let err = match runner.attempt(attempt).await {
-            AttemptEnd::Stopped(exit) => return exit,
-            AttemptEnd::Finished(Ok(output)) => {
-                runner.emit_output(output);
-                return runner.finished();
-            }
-            AttemptEnd::Finished(Err(err)) => err,
-        };
-        let verdict = runner.judge_failure(&err, retry, started);
-        let Verdict::Retry { delay } = verdict else {
-            return runner.finished();
-        };
-        if runner.sleep_until(Instant::now() + delay).await {
+///
+/// Not an `async fn`, which would keep its argument twice; and a failure is judged in a block,
+/// so that the error is not kept beside the retry's sleep (a daemon's task is sized for the
+/// largest state of this future).
+#[expect(
+    clippy::manual_async_fn,
+    reason = "an `async fn` keeps its arguments twice"
+)]
+pub(crate) fn run<R: Instance>(runner: &mut R) -> impl Future<Output = Exit> + Send + '_ {
+    async move {
+        if let Some(delay) = runner.initial_delay()
+            && runner.sleep_until(Instant::now() + delay).await
+        {
             return Exit::Exited;
         }
-        retry = retry.saturating_add(1);
+        let started = Instant::now();
+        let mut retry = 0;
+        loop {
+            let attempt = Attempt {
+                retry,
+                started,
+                occurrence: None,
+                due: None,
+            };
+            let verdict = match runner.attempt(attempt).await {
+                AttemptEnd::Stopped(exit) => return exit,
+                AttemptEnd::Finished(Ok(output)) => {
+                    runner.emit_output(output);
+                    return runner.finished();
+                }
+                AttemptEnd::Finished(Err(err)) => runner.judge_failure(&err, retry, started),
+            };
+            let Verdict::Retry { delay } = verdict else {
+                return runner.finished();
+            };
+            if runner.sleep_until(Instant::now() + delay).await {
+                return Exit::Exited;
+            }
+            retry = retry.saturating_add(1);
+        }
     }
 }

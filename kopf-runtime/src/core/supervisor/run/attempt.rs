@@ -19,6 +19,7 @@ use crate::core::spec::HandlerSpec;
 use crate::core::stop::Stopper;
 use crate::core::supervisor::config::SupervisorConfig;
 use crate::core::supervisor::rules::exit::Exit;
+use crate::core::supervisor::rules::ladder::StopStep;
 use crate::core::supervisor::rules::verdict::Verdict;
 
 /// Where an attempt stands in its cycle.
@@ -94,6 +95,10 @@ pub(crate) trait Instance: Send + Sync + 'static {
 
     /// Remembers a cron timer's run occurrence.
     fn remember_cron(&self, occurrence: Timestamp);
+
+    /// The invocation being stopped reached `step` of the stop ladder (the supervisor counts the
+    /// instances at each step).
+    fn ladder_reached(&self, step: StopStep);
 
     /// From now on, attempts call the handler's `cleanup` instead of its body.
     fn call_cleanup(&mut self);

@@ -6,17 +6,19 @@
 //! ```text
 //!  attempt: what a kind's loop sees (Attempt, AttemptEnd, the Instance trait)
 //!    ▲ implemented by
-//!  invoke (one attempt: timeout, stop ladder, threads) ──▶ runner (one handler on one object)
-//!    └─▶ work (the work in flight: a future or a thread)     │
+//!  attempt_future (one attempt, as a future) ──▶ runner (one handler on one object)
+//!    └─▶ invoke (its work: timeout, stop ladder, threads)
+//!          └─▶ work (the work in flight: a future or a thread)
 //!  state ◀── parts (a kind's state, by type)      road ──▶ Effect channel / output sink
 //!    │
 //!  instance (shared flags, ladder mark), meter, census, stats, report, outputs, blocking
 //! ```
 //!
-//! The kinds' loops are generic over `attempt::Instance` and import neither `runner` nor
-//! `invoke` nor `state`: `lifecycle` hands them a `Runner`.
+//! The kinds' loops are generic over `attempt::Instance` and import none of `runner`,
+//! `attempt_future`, `invoke` and `state`: `lifecycle` hands them a `Runner`.
 
 pub(crate) mod attempt;
+pub(crate) mod attempt_future;
 pub(crate) mod blocking;
 pub(crate) mod census;
 pub(crate) mod instance;

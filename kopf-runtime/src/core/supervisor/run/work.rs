@@ -55,8 +55,8 @@ pub(crate) fn failed(err: HandlerError) -> (HandlerError, InvocationResult) {
 /// How the driver left an invocation.
 pub(crate) enum Ended {
     Returned(Outcome),
-    /// The handler panicked (the error reports it).
-    Panicked(HandlerError),
+    /// The handler panicked (with this message).
+    Panicked(String),
     Cancelled,
     Abandoned,
 }
