@@ -191,12 +191,7 @@ impl ChangeTask {
 
     /// Runs one attempt of a handler and records how it ended; `Some` when the task must end.
     async fn invoke(&mut self, runner: &Runner, retries: u32, started: Instant) -> Option<Exit> {
-        let attempt = Attempt {
-            retry: retries,
-            started,
-            occurrence: None,
-            due: None,
-        };
+        let attempt = Attempt::new(retries, started);
         let (outcome, output) = match runner.attempt(attempt).await {
             AttemptEnd::Stopped(exit) => return Some(self.stopped(exit)),
             AttemptEnd::Finished(Ok(output)) => {

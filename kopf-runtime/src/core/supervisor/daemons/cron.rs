@@ -187,10 +187,9 @@ async fn fire<R: Instance>(
     let mut retry = 0;
     loop {
         let attempt = Attempt {
-            retry,
-            started,
             occurrence: Some(occurrence),
             due: due.filter(|_| retry == 0),
+            ..Attempt::new(retry, started)
         };
         let err = match runner.attempt(attempt).await {
             AttemptEnd::Stopped(exit) => return Fired::Stopped(exit),

@@ -32,13 +32,7 @@ pub(crate) fn run<R: Instance>(runner: &mut R) -> impl Future<Output = Exit> + S
         let started = Instant::now();
         let mut retry = 0;
         loop {
-            let attempt = Attempt {
-                retry,
-                started,
-                occurrence: None,
-                due: None,
-            };
-            let verdict = match runner.attempt(attempt).await {
+            let verdict = match runner.attempt(Attempt::new(retry, started)).await {
                 AttemptEnd::Stopped(exit) => return exit,
                 AttemptEnd::Finished(Ok(output)) => {
                     runner.emit_output(output);

@@ -202,10 +202,8 @@ async fn cycle<R: Instance>(
             changes,
         });
         let attempt = Attempt {
-            retry,
-            started,
-            occurrence: None,
             due: due.filter(|_| retry == 0),
+            ..Attempt::new(retry, started)
         };
         let err = match runner.attempt(attempt).await {
             AttemptEnd::Stopped(exit) => return Cycle::Stopped(exit),

@@ -24,12 +24,7 @@ pub(crate) async fn run<R: Instance>(runner: &mut R) -> Exit {
     let started = Instant::now();
     let mut failures: u32 = 0;
     loop {
-        let attempt = Attempt {
-            retry: failures,
-            started,
-            occurrence: None,
-            due: None,
-        };
+        let attempt = Attempt::new(failures, started);
         let err = match runner.attempt(attempt).await {
             AttemptEnd::Stopped(exit) => return exit,
             AttemptEnd::Finished(Ok(output)) => {

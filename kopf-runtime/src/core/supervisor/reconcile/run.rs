@@ -132,12 +132,7 @@ async fn run_once<R: Instance>(
     rules: &Rules,
     inputs: &mut Inputs,
 ) -> Result<(Ended, Option<HandlerError>), Exit> {
-    let attempt = Attempt {
-        retry: machine.failures,
-        started: Instant::now(),
-        occurrence: None,
-        due: None,
-    };
+    let attempt = Attempt::new(machine.failures, Instant::now());
     let run = runner.attempt(attempt);
     tokio::pin!(run);
     let end = loop {

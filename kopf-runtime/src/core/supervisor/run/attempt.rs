@@ -35,6 +35,19 @@ pub(crate) struct Attempt {
     pub(crate) due: Option<Instant>,
 }
 
+impl Attempt {
+    /// Attempt `retry` of the cycle that started at `started`, with no schedule of its own (a
+    /// timer or a cron timer adds when it was due, and its occurrence).
+    pub(crate) const fn new(retry: u32, started: Instant) -> Self {
+        Self {
+            retry,
+            started,
+            occurrence: None,
+            due: None,
+        }
+    }
+}
+
 /// How an attempt ended.
 pub(crate) enum AttemptEnd {
     /// The handler finished (a handler timeout counts as an error). The instance may have been
