@@ -22,7 +22,7 @@
 //! 4. a fifth of the objects deleted while a joining member rebalances: all gone in time, so no
 //!    finalizer is left, and no member keeps a record of them;
 //! 5. balance at three members: each member's count of daemons is exactly the split the UIDs
-//!    give, and max/min ≤ 1.25;
+//!    give, and within 5 standard deviations of its block's share;
 //! 6. watch traffic: a change of every object reaches each member as ≈ its share of events,
 //!    and each member's bytes are ≤ 0.6 of a client-side member's;
 //! 7. a shorter run with `ShardWatch::ClientSide` (each member watches everything), and on a
