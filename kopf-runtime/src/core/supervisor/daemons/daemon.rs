@@ -15,9 +15,9 @@ use crate::core::supervisor::run::attempt::{Attempt, AttemptEnd, Instance};
 
 /// Runs a daemon instance to its end.
 ///
-/// Not an `async fn`, which would keep its argument twice; and a failure is judged in a block,
-/// so that the error is not kept beside the retry's sleep (a daemon's task is sized for the
-/// largest state of this future).
+/// Not an `async fn`, which would keep its argument twice; and a failure is judged as soon as
+/// the attempt ends, so that the error is not kept beside the retry's sleep (a daemon's task is
+/// sized for the largest state of this future).
 #[expect(
     clippy::manual_async_fn,
     reason = "an `async fn` keeps its arguments twice"
