@@ -2,7 +2,8 @@
 //! the instance it runs in ([`Instance`]). The loops of daemons, timers, cron timers and
 //! reconcile handlers are generic over [`Instance`], so they depend on this narrow interface,
 //! not on the runner, the invocation machinery or the supervisor's state; the runner implements
-//! it (in `invoke.rs`, beside the attempt it runs).
+//! it (in `attempt_future.rs`, beside the attempt it runs), and the invocation driver
+//! (`invoke.rs`) sees the runner through it too.
 
 use std::future::Future;
 use std::sync::MutexGuard;

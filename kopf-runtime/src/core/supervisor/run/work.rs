@@ -1,5 +1,5 @@
 //! One invocation's work in flight (an async handler's future, or a blocking handler's
-//! thread) and how it ended; `invoke` starts it and drives it.
+//! thread) and how it ended; `attempt_future` starts it and `invoke` drives it.
 
 use std::any::Any;
 use std::future::Future;
