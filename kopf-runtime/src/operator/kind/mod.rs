@@ -25,6 +25,8 @@ pub(crate) mod watch;
 mod tests;
 #[cfg(test)]
 mod tests_handover;
+#[cfg(test)]
+mod tests_queue;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};

@@ -1,5 +1,6 @@
 //! One serial job queue per object: the jobs of one object run in order, objects run
-//! concurrently (at most [`Queues::SLOTS`] at a time), and how a new job joins a queue.
+//! concurrently (at most [`Queues::SLOTS`] at a time, each on one of as many worker tasks; the
+//! others wait in a list, not in a task of their own), and how a new job joins a queue.
 //!
 //! A finalizer sync goes first (one is enough: it reads the latest state when it runs). Handler
 //! outputs (results and patches) are JSON merge patches; a new one is merged into the output
@@ -14,8 +15,8 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Map, Value};
+use tokio::sync::Notify;
 use tokio::sync::futures::Notified;
-use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
@@ -51,78 +52,112 @@ pub(crate) trait RunJob: Send + Sync + 'static {
 #[derive(Debug)]
 pub(crate) struct Queues {
     resource: ResourceInfo,
-    queues: Mutex<HashMap<Arc<str>, VecDeque<Job>>>,
-    /// Objects whose jobs may run at once (see [`Queues::SLOTS`]).
-    slots: Arc<Semaphore>,
+    /// How many workers may run ([`Queues::SLOTS`] but in tests).
+    slots: usize,
+    pending: Mutex<Pending>,
     /// Notified after every job (see [`Queues::progress`]).
     progressed: Notify,
     stop: CancellationToken,
     tasks: TaskTracker,
 }
 
+/// The objects with jobs, and the workers running them.
+#[derive(Debug, Default)]
+struct Pending {
+    /// The jobs of every object that has some, queued or running.
+    queues: HashMap<Arc<str>, ObjectJobs>,
+    /// Objects whose jobs wait for a worker, first come first served.
+    waiting: VecDeque<Arc<str>>,
+    /// Workers running (at most [`Queues::SLOTS`]).
+    workers: usize,
+}
+
 impl Queues {
-    /// How many objects' jobs run at once; the others wait for a slot. A running job's future
-    /// holds its API requests (several KB); a waiting one almost nothing, so thousands of
-    /// objects queued at start-up or in a mass deletion cost little memory. Writes are limited
-    /// separately (`max_writes_in_flight`), so this many is never the bottleneck.
+    /// How many objects' jobs run at once; the others wait for a worker. A running job's
+    /// future holds its API requests (several KB); a waiting object only its place in a list
+    /// (no task of its own), so thousands of objects queued at start-up or in a mass deletion
+    /// cost little memory — and nothing after they ran, since the process keeps the peak of its
+    /// heap. Writes are limited separately (`max_writes_in_flight`), so this many is never the
+    /// bottleneck.
     pub(crate) const SLOTS: usize = 256;
 
     pub(crate) fn new(resource: ResourceInfo) -> Self {
+        Self::with_slots(resource, Self::SLOTS)
+    }
+
+    /// Queues whose jobs run on at most `slots` workers.
+    pub(super) fn with_slots(resource: ResourceInfo, slots: usize) -> Self {
         Self {
             resource,
-            queues: Mutex::default(),
-            slots: Arc::new(Semaphore::new(Self::SLOTS)),
+            slots,
+            pending: Mutex::default(),
             progressed: Notify::new(),
             stop: CancellationToken::new(),
             tasks: TaskTracker::new(),
         }
     }
 
-    /// Queues `job` for the object `uid` (see the module docs), and starts the object's worker
-    /// if it has none.
+    /// Queues `job` for the object `uid` (see the module docs). An object new to the queues
+    /// gets a worker if fewer than [`Queues::SLOTS`] run, or else waits for the first one free.
     pub(crate) fn push<R: RunJob>(self: &Arc<Self>, runner: &Arc<R>, uid: Arc<str>, job: Job) {
-        let mut queues = lock(&self.queues);
-        match queues.entry(uid) {
-            Entry::Occupied(mut e) => push(e.get_mut(), job),
+        let mut guard = lock(&self.pending);
+        let pending = &mut *guard;
+        match pending.queues.entry(uid) {
+            Entry::Occupied(mut e) => e.get_mut().push(job),
             Entry::Vacant(e) => {
                 let uid = e.key().clone();
-                e.insert(VecDeque::from([job]));
-                let (this, runner) = (self.clone(), runner.clone());
-                self.tasks
-                    .spawn(async move { this.work(runner, uid).await });
+                let mut jobs = ObjectJobs::default();
+                jobs.push(job);
+                e.insert(jobs);
+                if pending.workers < self.slots {
+                    pending.workers += 1;
+                    drop(guard);
+                    let worker = Worker {
+                        queues: self.clone(),
+                        retired: false,
+                    };
+                    let runner = runner.clone();
+                    self.tasks
+                        .spawn(async move { worker.work(runner, uid).await });
+                } else {
+                    pending.waiting.push_back(uid);
+                }
             }
         }
     }
 
-    /// Runs the object's jobs one after another until its queue is empty.
-    async fn work<R: RunJob>(self: Arc<Self>, runner: Arc<R>, uid: Arc<str>) {
-        let slots = Arc::clone(&self.slots);
-        let Some(Ok(_slot)) = self.stop.run_until_cancelled(slots.acquire()).await else {
-            lock(&self.queues).remove(&uid);
-            return;
-        };
+    /// Runs the object's jobs one after another until its queue is empty; `false` if the
+    /// queues stopped first.
+    async fn run_object<R: RunJob>(&self, runner: &R, uid: &Arc<str>) -> bool {
         loop {
             let job = {
-                let mut queues = lock(&self.queues);
-                let Some(queue) = queues.get_mut(&uid) else {
-                    return;
+                let mut pending = lock(&self.pending);
+                let Some(queue) = pending.queues.get_mut(uid) else {
+                    return true;
                 };
-                let Some(job) = queue.pop_front() else {
-                    queues.remove(&uid);
-                    return;
+                let Some(job) = queue.pop() else {
+                    pending.queues.remove(uid);
+                    return true;
                 };
                 job
             };
             let span = tracing::debug_span!("object", resource = %self.resource, uid = %uid);
-            let run = runner.run(&uid, job).instrument(span);
-            // Boxed: the task waiting for its slot stays small.
+            let run = runner.run(uid, job).instrument(span);
+            // Boxed: the worker between two objects stays small.
             let ran = Box::pin(self.stop.run_until_cancelled(run)).await;
             self.progressed.notify_waiters();
             if ran.is_none() {
-                lock(&self.queues).remove(&uid);
-                return;
+                lock(&self.pending).queues.remove(uid);
+                return false;
             }
         }
+    }
+
+    /// How many workers run, and how many objects wait for one.
+    #[cfg(test)]
+    pub(super) fn workers_and_waiting(&self) -> (usize, usize) {
+        let pending = lock(&self.pending);
+        (pending.workers, pending.waiting.len())
     }
 
     /// Runs `task` beside the jobs (e.g. posting an Event) until the queues stop.
@@ -158,37 +193,93 @@ impl Queues {
     }
 }
 
-/// Adds `job` to an object's queue (see the module docs).
-pub(crate) fn push(queue: &mut VecDeque<Job>, job: Job) {
-    match job {
-        Job::Sync if matches!(queue.front(), Some(Job::Sync)) => {}
-        Job::Sync => queue.push_front(job),
-        Job::Output {
+/// One of the (at most [`Queues::SLOTS`]) tasks that run the objects' jobs, counted in
+/// [`Pending::workers`] until it retires — under the lock that finds no object waiting, so an
+/// object pushed meanwhile gets a new worker — or, if it stops otherwise (the queues stopped, a
+/// panic), until dropped.
+struct Worker {
+    queues: Arc<Queues>,
+    retired: bool,
+}
+
+impl Worker {
+    /// Runs the jobs of `uid`, then of each object waiting, until none waits or the queues stop.
+    async fn work<R: RunJob>(mut self, runner: Arc<R>, mut uid: Arc<str>) {
+        loop {
+            let queues = &self.queues;
+            if queues.stop.is_cancelled() || !queues.run_object(&*runner, &uid).await {
+                return;
+            }
+            let mut pending = lock(&queues.pending);
+            match pending.waiting.pop_front() {
+                Some(next) => uid = next,
+                None => {
+                    pending.workers -= 1;
+                    drop(pending);
+                    self.retired = true;
+                    return;
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        if !self.retired {
+            lock(&self.queues.pending).workers -= 1;
+        }
+    }
+}
+
+/// One object's jobs waiting to run: a finalizer sync (one is enough), then its outputs. A
+/// sync alone, as every object has at start-up, takes no allocation.
+#[derive(Debug, Default)]
+pub(crate) struct ObjectJobs {
+    sync: bool,
+    outputs: VecDeque<Job>,
+}
+
+impl ObjectJobs {
+    /// Adds `job` (see the module docs).
+    pub(crate) fn push(&mut self, job: Job) {
+        let Job::Output {
             object,
             handler,
             patch,
             outputs,
-        } => {
-            if let Some(Job::Output {
-                handler: last_handler,
-                patch: last,
-                outputs: last_outputs,
-                ..
-            }) = queue.back_mut()
-                && let Some(composed) = compose(last, &patch)
-            {
-                *last = composed;
-                *last_handler = handler;
-                *last_outputs += outputs;
-                return;
-            }
-            queue.push_back(Job::Output {
-                object,
-                handler,
-                patch,
-                outputs,
-            });
+        } = job
+        else {
+            self.sync = true;
+            return;
+        };
+        if let Some(Job::Output {
+            handler: last_handler,
+            patch: last,
+            outputs: last_outputs,
+            ..
+        }) = self.outputs.back_mut()
+            && let Some(composed) = compose(last, &patch)
+        {
+            *last = composed;
+            *last_handler = handler;
+            *last_outputs += outputs;
+            return;
         }
+        self.outputs.push_back(Job::Output {
+            object,
+            handler,
+            patch,
+            outputs,
+        });
+    }
+
+    /// The next job to run: the sync first.
+    pub(crate) fn pop(&mut self) -> Option<Job> {
+        if std::mem::take(&mut self.sync) {
+            return Some(Job::Sync);
+        }
+        self.outputs.pop_front()
     }
 }
 
@@ -299,37 +390,38 @@ mod tests {
 
     #[test]
     fn outputs_merge_into_the_waiting_one_and_a_sync_goes_first_once() {
-        let mut queue = VecDeque::new();
+        let mut queue = ObjectJobs::default();
         for i in 0..1000 {
-            push(&mut queue, output("tick", &json!({ "at": i })));
+            queue.push(output("tick", &json!({ "at": i })));
         }
-        push(&mut queue, output("other", &json!("ok")));
-        push(&mut queue, Job::Sync);
-        push(&mut queue, Job::Sync);
-        assert_eq!(queue.len(), 2, "{queue:?}");
-        assert!(matches!(queue.front(), Some(Job::Sync)));
+        queue.push(output("other", &json!("ok")));
+        queue.push(Job::Sync);
+        queue.push(Job::Sync);
+        assert_eq!(queue.pop(), Some(Job::Sync));
         let Some(Job::Output {
             patch,
             outputs,
             handler,
             ..
-        }) = queue.back()
+        }) = queue.pop()
         else {
             unreachable!("the output is queued");
         };
-        assert_eq!(*outputs, 1001);
-        assert_eq!(*handler, "other");
+        assert_eq!(outputs, 1001);
+        assert_eq!(handler, "other");
         assert_eq!(
-            Value::Object(patch.clone()),
+            Value::Object(patch),
             json!({"status": {"tick": {"at": 999}, "other": "ok"}})
         );
+        assert_eq!(queue.pop(), None, "one sync, one output");
     }
 
     #[test]
     fn an_output_that_does_not_compose_is_queued_after_the_waiting_one() {
-        let mut queue = VecDeque::new();
-        push(&mut queue, output("t", &json!(3)));
-        push(&mut queue, output("t", &json!({"now": "an object"})));
-        assert_eq!(queue.len(), 2);
+        let mut queue = ObjectJobs::default();
+        queue.push(output("t", &json!(3)));
+        queue.push(output("t", &json!({"now": "an object"})));
+        assert!(queue.pop().is_some() && queue.pop().is_some());
+        assert_eq!(queue.pop(), None);
     }
 }
