@@ -99,7 +99,7 @@ impl SupervisorCore {
         let entry = state
             .objects
             .entry(Arc::clone(&uid))
-            .or_insert_with(|| ObjectEntry::new(Arc::clone(&kept), handlers));
+            .or_insert_with(|| Box::new(ObjectEntry::new(Arc::clone(&kept), handlers)));
         // Back after a deletion at an older version, or after it was released to another
         // replica (no tombstone then).
         let back = seen == Seen::Back || (entry.gone && seen == Seen::Live);

@@ -95,9 +95,11 @@ pub(crate) struct Record {
     pub(crate) vanished: bool,
 }
 
-/// The records of one kind, by UID.
+/// The records of one kind, by UID. Boxed: a hash table has room for up to twice as many
+/// entries as it holds, and while it grows it is there twice, so a record's 112 bytes inside
+/// the table would cost up to 4× that at the peak; a box's pointer costs 8.
 #[derive(Debug, Default)]
-pub(crate) struct Records(Mutex<HashMap<Arc<str>, Record>>);
+pub(crate) struct Records(Mutex<HashMap<Arc<str>, Box<Record>>>);
 
 impl Drop for Records {
     /// Many records are freed on a thread of their own (see `core::teardown`): the last
@@ -111,7 +113,7 @@ impl Drop for Records {
 }
 
 impl Records {
-    fn lock(&self) -> MutexGuard<'_, HashMap<Arc<str>, Record>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<Arc<str>, Box<Record>>> {
         lock(&self.0)
     }
 
@@ -136,7 +138,7 @@ impl Records {
 
     /// A copy of the record of `uid`.
     pub(crate) fn get(&self, uid: &str) -> Option<Record> {
-        self.lock().get(uid).cloned()
+        self.lock().get(uid).map(|r| Record::clone(r))
     }
 
     /// A version of the object was seen (it exists).
@@ -150,12 +152,12 @@ impl Records {
                 r.gone = false;
             }
             Entry::Vacant(e) => {
-                e.insert(Record {
+                e.insert(Box::new(Record {
                     object,
                     view,
                     gone: false,
                     vanished: false,
-                });
+                }));
             }
         }
     }

@@ -85,7 +85,9 @@ pub type InScope = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 
 /// Mutable state, behind [`SupervisorCore::state`].
 pub(crate) struct State {
-    pub(crate) objects: UidMap<ObjectEntry>,
+    /// Boxed: a hash table has room for up to twice the entries it holds, and while it grows
+    /// it is there twice; an entry inside it would cost up to 4× its size at the peak.
+    pub(crate) objects: UidMap<Box<ObjectEntry>>,
     pub(crate) paused: bool,
     /// Which objects handlers may run for (`None`: all), see `Supervisor::set_scope`.
     pub(crate) scope: Option<InScope>,
