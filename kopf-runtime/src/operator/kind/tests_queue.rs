@@ -51,7 +51,13 @@ async fn objects_beyond_the_slots_wait_in_a_list_and_run_in_arrival_order() {
     }
     // A second job of a waiting object joins its queue: no second place in the list.
     queues.push(&runner, uid(50), Job::Sync);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while runner.running.load(Ordering::SeqCst) < slots {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the first {slots} objects did not all start: (workers, waiting) = {:?}",
+            queues.workers_and_waiting()
+        );
         tokio::task::yield_now().await;
     }
     assert_eq!(queues.workers_and_waiting(), (slots, 100 - slots));
